@@ -1,0 +1,122 @@
+"""Keras callbacks for a distributed fit. ``Trainer`` adds them in the order that matters:
+first those every rank runs (they contain collectives), then rank 0's printing and writing."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import tensorflow as tf
+
+from hvdtrain import checkpoints, schedules
+
+
+class LearningRateSchedule(tf.keras.callbacks.Callback):
+    """Sets the lr before every step from the optimizer's own step counter, so a resumed run
+    (whose counter is restored from the checkpoint) continues the schedule exactly."""
+
+    def __init__(self, *, base_lr: float, peak_lr: float, warmup_steps: int, total_steps: int,
+                 decay: str):
+        super().__init__()
+        self.lr_for = lambda step: schedules.lr_at_step(
+            step, base_lr=base_lr, peak_lr=peak_lr, warmup_steps=warmup_steps,
+            total_steps=total_steps, decay=decay)
+        self.current = base_lr
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self.current = self.lr_for(int(self.model.optimizer.iterations.numpy()))
+        self.model.optimizer.learning_rate.assign(self.current)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is not None:
+            logs["lr"] = self.current
+
+
+class ExactEvaluation(tf.keras.callbacks.Callback):
+    """Runs ``evaluate`` (a collective: every rank must run it) every k epochs and at the last,
+    adding eval_loss and eval_accuracy to the epoch's logs."""
+
+    def __init__(self, evaluate: Callable[[], dict], every: int, last_epoch: int):
+        super().__init__()
+        self.evaluate, self.every, self.last_epoch = evaluate, every, last_epoch
+        self.latest: dict = {}
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        due = epoch + 1 == self.last_epoch or (self.every and (epoch + 1) % self.every == 0)
+        if due:
+            self.latest = self.evaluate()
+            if logs is not None:
+                logs.update(self.latest)
+
+
+class Throughput(tf.keras.callbacks.Callback):
+    """Times each epoch and reports samples/s summed over all ranks."""
+
+    def __init__(self, samples_per_epoch: int):
+        super().__init__()
+        self.samples_per_epoch = samples_per_epoch
+        self.train_seconds = 0.0
+        self.epochs_timed = 0
+        self._start = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        seconds = time.perf_counter() - self._start
+        self.train_seconds += seconds
+        self.epochs_timed += 1
+        if logs is not None:
+            logs["epoch_seconds"] = seconds
+            logs["samples_per_sec"] = self.samples_per_epoch / seconds
+
+
+class ProgressLine(tf.keras.callbacks.Callback):
+    """One line per epoch on rank 0: the numbers a person watches."""
+
+    def __init__(self, epochs: int, stream=sys.stdout):
+        super().__init__()
+        self.epochs, self.stream = epochs, stream
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        logs = logs or {}
+        width = len(str(self.epochs))
+        parts = [f"epoch {epoch + 1:>{width}}/{self.epochs}",
+                 f"loss {logs.get('loss', float('nan')):.4f}",
+                 f"acc {logs.get('accuracy', float('nan')):.4f}"]
+        if "eval_accuracy" in logs:
+            parts += [f"eval_loss {logs['eval_loss']:.4f}",
+                      f"eval_acc {logs['eval_accuracy']:.4f}"]
+        parts += [f"lr {logs.get('lr', float('nan')):.4g}",
+                  f"{logs.get('samples_per_sec', 0):,.0f} samples/s",
+                  f"{logs.get('epoch_seconds', 0):.1f}s"]
+        print("  ".join(parts), file=self.stream, flush=True)
+
+
+class MetricsLog(tf.keras.callbacks.Callback):
+    """Appends one JSON object per epoch to RUN_DIR/metrics.jsonl (rank 0)."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        row = {"epoch": epoch + 1, "time": time.time(),
+               **{k: float(v) for k, v in (logs or {}).items()}}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+class Checkpointer(tf.keras.callbacks.Callback):
+    """Writes a checkpoint after every epoch (rank 0), atomically, keeping the last ``keep``."""
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, run_dir: Path, keep: int):
+        super().__init__()
+        self.checkpoint, self.run_dir, self.keep = checkpoint, run_dir, keep
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        metrics = {k: float(v) for k, v in (logs or {}).items()}
+        checkpoints.save(self.checkpoint, self.run_dir, epoch + 1, {"metrics": metrics},
+                         self.keep)

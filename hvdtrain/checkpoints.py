@@ -1,0 +1,89 @@
+"""Per-epoch checkpoints in RUN_DIR/checkpoints/epoch-NNNN, written atomically.
+
+A checkpoint is first written to a hidden temporary directory and then renamed into place;
+a rename is atomic on POSIX file systems, so a crash mid-write never leaves a half checkpoint
+where ``latest`` would find it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import tensorflow as tf
+
+from hvdtrain.errors import UserError
+
+SUBDIR = "checkpoints"
+_NAME = re.compile(r"^epoch-(\d{4,})$")
+
+
+def directory(run_dir: str | Path) -> Path:
+    return Path(run_dir) / SUBDIR
+
+
+def completed(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(epochs done, path) of every complete checkpoint, oldest first."""
+    root = directory(run_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in root.iterdir():
+        match = _NAME.match(entry.name)
+        if match and (entry / "meta.json").is_file():
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+def latest(run_dir: str | Path) -> tuple[int, Path] | None:
+    done = completed(run_dir)
+    return done[-1] if done else None
+
+
+def save(checkpoint: tf.train.Checkpoint, run_dir: str | Path, epochs_done: int,
+         meta: dict, keep: int) -> Path:
+    root = directory(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"epoch-{epochs_done:04d}"
+    tmp = root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    checkpoint.write(str(tmp / "ckpt"))
+    _write_json(tmp / "meta.json", {"epochs_done": epochs_done, **meta})
+    if final.exists():  # the same epoch trained again: the new one replaces it
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    for _, old in completed(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def restore(checkpoint: tf.train.Checkpoint, path: Path) -> None:
+    """Loads weights and optimizer state; a checkpoint of another model is a user error."""
+    try:
+        checkpoint.read(str(path / "ckpt")).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"checkpoint {path} does not fit this model and optimizer ({first}): "
+                        f"resume with the config it was written with, or use a new run_dir"
+                        ) from None
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_json_atomic(path: str | Path, obj: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _write_json(tmp, obj)
+    os.replace(tmp, path)
+
+
+def read_meta(path: Path) -> dict:
+    with open(path / "meta.json") as f:
+        return json.load(f)

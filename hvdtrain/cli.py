@@ -1,0 +1,127 @@
+"""``hvdtrain train|eval``: the only reader of sys.argv.
+
+    hvdtrain train --preset digits                          # one process
+    horovodrun -np 2 -H localhost:2 --gloo hvdtrain train   # 2 ranks over Gloo
+    mpirun -np 2 hvdtrain train --set train.epochs=5        # 2 ranks over MPI
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from hvdtrain import config as config_lib
+from hvdtrain import placement, presets
+from hvdtrain.errors import UserError
+
+# Flags that are shortcuts for config keys: flag dest -> (section, key).
+SHORTCUTS = {"run_dir": ("run", "run_dir"), "epochs": ("train", "epochs"),
+             "batch_size": ("train", "batch_size"), "lr": ("optim", "lr"),
+             "model": ("model", "name"), "data": ("data", "source")}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, from rank 0 only
+        raise UserError(f"{message} (see '{self.prog} --help')", shared=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hvdtrain", description="Data-parallel Keras training on N ranks "
+                     "with Horovod ring all-reduce.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = sub.add_parser(
+        "train", formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="train a model (launch under horovodrun or mpirun for N ranks)",
+        description="Train on every rank launched (horovodrun -np N, mpirun -np N, or one "
+                    "process alone).\nConfig layers, later wins: --preset, --config FILE.toml, "
+                    "--set section.key=value, then the shortcut flags.",
+        epilog="config keys (TOML: [section] key = value; CLI: --set section.key=value):\n"
+               + config_lib.describe())
+    train.add_argument("--preset", default="digits",
+                       help=f"starting config: {', '.join(presets.PRESETS)} (default digits)")
+    train.add_argument("--config", metavar="FILE.toml", help="TOML file of [section] key = value")
+    train.add_argument("--set", dest="assignments", action="append", default=[],
+                       metavar="KEY=VALUE", help="override one key, e.g. --set optim.lr=0.1 "
+                                                 "(repeatable)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the latest checkpoint in the run dir (starts at "
+                            "epoch 1 if there is none yet)")
+    train.add_argument("--run-dir", help="= --set run.run_dir=...")
+    train.add_argument("--epochs", type=int, help="= --set train.epochs=...")
+    train.add_argument("--batch-size", type=int, help="= --set train.batch_size=... (per rank)")
+    train.add_argument("--lr", type=float, help="= --set optim.lr=... (for one rank)")
+    train.add_argument("--model", help="= --set model.name=...")
+    train.add_argument("--data", help="= --set data.source=...")
+
+    evaluate = sub.add_parser(
+        "eval", help="evaluate a run's latest checkpoint on its whole eval set",
+        description="Evaluate RUN_DIR's latest checkpoint with the config saved beside it.")
+    evaluate.add_argument("--run-dir", required=True, help="a run directory written by train")
+    evaluate.add_argument("--set", dest="assignments", action="append", default=[],
+                          metavar="KEY=VALUE", help="override a saved key (e.g. data.eval_path)")
+    return parser
+
+
+def _train_config(args: argparse.Namespace) -> config_lib.Config:
+    extra: dict[str, dict[str, Any]] = {}
+    for dest, (section, key) in SHORTCUTS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            extra.setdefault(section, {})[key] = value
+    return presets.build_config(args.preset, args.config, args.assignments, extra)
+
+
+def _eval_config(args: argparse.Namespace) -> config_lib.Config:
+    saved = Path(args.run_dir) / "config.json"
+    try:
+        values = json.loads(saved.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{saved} not found: is {args.run_dir} a run directory?") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {saved}: {e}") from None
+    base = config_lib.from_dict(values)
+    return config_lib.with_overrides(base, config_lib.parse_assignments(args.assignments))
+
+
+def _quiet_tensorflow() -> None:
+    # TensorFlow's C++ start-up chatter (CPU features, missing CUDA) is noise on every rank.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        try:
+            cfg = _train_config(args) if args.command == "train" else _eval_config(args)
+        except UserError as e:  # argv is the same on every rank, so is this error
+            raise UserError(str(e), shared=True) from None
+        _quiet_tensorflow()
+        from hvdtrain import dist, trainer  # TensorFlow and Horovod load here, not at import
+
+        world = dist.init(device=cfg.run.device, intra_op_threads=cfg.run.intra_op_threads,
+                          inter_op_threads=cfg.run.inter_op_threads)
+        if args.command == "train":
+            trainer.Trainer(cfg, world, resume=args.resume).train()
+        else:
+            result = trainer.Trainer(cfg, world).evaluate_checkpoint(Path(args.run_dir))
+            if world.is_chief:
+                print(json.dumps(result))
+        return 0
+    except UserError as e:
+        if placement.launcher_rank() == 0 or not e.shared:
+            print(f"hvdtrain: error: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

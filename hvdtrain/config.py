@@ -1,0 +1,322 @@
+"""Typed, frozen configuration: presets, then a TOML file, then ``--set section.key=value``.
+
+Every field carries its help text in ``metadata["help"]``; ``describe()`` turns those into the
+``hvdtrain train --help`` listing, so the documentation cannot drift from the code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from hvdtrain.errors import UserError
+
+DATA_SOURCES = ("synthetic", "digits", "npz", "tfrecord")
+OPTIMIZERS = ("sgd", "adam")
+LR_SCALING_RULES = ("linear", "sqrt", "none")
+LR_DECAYS = ("constant", "cosine")
+DEVICES = ("auto", "cpu", "gpu")
+
+
+def _help(text: str, **kwargs: Any) -> Any:
+    return field(metadata={"help": text}, **kwargs)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    source: str = _help("synthetic | digits | npz | tfrecord", default="digits")
+    path: str = _help("npz: a file with arrays x, y. tfrecord: a file, directory or glob "
+                      "(comma-separated list allowed)", default="")
+    eval_path: str = _help("like path, for the eval set; empty: hold out eval_fraction of path",
+                           default="")
+    eval_fraction: float = _help("share of the data held out for eval when no eval_path is "
+                                 "given (npz, synthetic)", default=0.2)
+    num_samples: int = _help("synthetic: number of samples (train and eval together)",
+                             default=2048)
+    image_shape: tuple[int, ...] = _help("synthetic and tfrecord: shape of one input, "
+                                         "e.g. 28,28,1", default=(8, 8, 1))
+    num_classes: int = _help("synthetic and tfrecord: number of classes (npz: taken as "
+                             "max(y)+1 when 0)", default=10)
+    shuffle: bool = _help("reshuffle each rank's shard every epoch (seeded by train.seed "
+                          "and the epoch)", default=True)
+    shuffle_buffer: int = _help("tfrecord: records held in the shuffle buffer", default=10_000)
+
+    def __post_init__(self) -> None:
+        _one_of("data.source", self.source, DATA_SOURCES)
+        if self.source in ("npz", "tfrecord") and not self.path:
+            raise UserError(f"data.source={self.source} needs a file: pass "
+                            f"--set data.path=PATH")
+        _in_range("data.eval_fraction", self.eval_fraction, 0.0, 1.0, open_low=True,
+                  open_high=True)
+        _positive("data.num_samples", self.num_samples)
+        if not self.image_shape or any(d <= 0 for d in self.image_shape):
+            raise UserError(f"data.image_shape must be positive sizes such as 28,28,1, "
+                            f"got {self.image_shape}")
+        if self.num_classes < 0 or self.num_classes == 1:
+            raise UserError(f"data.num_classes must be >= 2 (or 0 to infer it), "
+                            f"got {self.num_classes}")
+        _positive("data.shuffle_buffer", self.shuffle_buffer)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = _help("a registered model (mlp, cnn, resnet_small, mobilenetv2, resnet50) or "
+                      "your own as package.module:function(input_shape, num_classes)",
+                      default="cnn")
+    width: int = _help("mlp and cnn: units or filters of the first layer (later layers scale "
+                       "from it)", default=64)
+    dropout: float = _help("dropout rate before the classifier, 0 for none", default=0.0)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise UserError("model.name is empty: pass --set model.name=cnn (or another model)")
+        _positive("model.width", self.width)
+        _in_range("model.dropout", self.dropout, 0.0, 1.0, open_high=True)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    name: str = _help("sgd (with momentum) | adam", default="sgd")
+    lr: float = _help("learning rate for ONE rank; scaled by world size per lr_scaling",
+                      default=0.05)
+    momentum: float = _help("sgd momentum (0 for plain SGD)", default=0.9)
+    lr_scaling: str = _help("how the learning rate grows with N ranks: linear (lr*N), "
+                            "sqrt (lr*sqrt(N)) or none", default="linear")
+    warmup_epochs: float = _help("epochs over which the lr ramps from lr to the scaled lr "
+                                 "(Goyal et al.); 0 for none", default=1.0)
+    decay: str = _help("after warmup: constant | cosine (to 0 at the last epoch)",
+                       default="constant")
+
+    def __post_init__(self) -> None:
+        _one_of("optim.name", self.name, OPTIMIZERS)
+        _positive("optim.lr", self.lr)
+        _in_range("optim.momentum", self.momentum, 0.0, 1.0, open_high=True)
+        _one_of("optim.lr_scaling", self.lr_scaling, LR_SCALING_RULES)
+        if self.warmup_epochs < 0:
+            raise UserError(f"optim.warmup_epochs must be >= 0, got {self.warmup_epochs}")
+        _one_of("optim.decay", self.decay, LR_DECAYS)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = _help("epochs to train (with --resume: the total, counting those done)",
+                        default=10)
+    batch_size: int = _help("samples per step on EACH rank; global batch = batch_size * N",
+                            default=32)
+    seed: int = _help("seed for weights, synthetic data and shuffling", default=42)
+    eval_every: int = _help("evaluate on the eval set every k epochs (and always at the end); "
+                            "0: only at the end", default=1)
+
+    def __post_init__(self) -> None:
+        _positive("train.epochs", self.epochs)
+        _positive("train.batch_size", self.batch_size)
+        if self.eval_every < 0:
+            raise UserError(f"train.eval_every must be >= 0, got {self.eval_every}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    run_dir: str = _help("where rank 0 writes checkpoints, logs and the model; empty: "
+                         "runs/<preset>-<date>-<time>", default="")
+    device: str = _help("auto (one GPU per local rank if any, else CPU) | cpu | gpu",
+                        default="auto")
+    intra_op_threads: int = _help("TensorFlow threads inside one op, per rank; 0: this rank's "
+                                  "share of the cores", default=0)
+    inter_op_threads: int = _help("TensorFlow ops run in parallel, per rank; 0: this rank's "
+                                  "share of the cores", default=0)
+    keep_checkpoints: int = _help("checkpoints kept in run_dir/checkpoints (oldest removed)",
+                                  default=3)
+    tensorboard: bool = _help("write TensorBoard logs to run_dir/tensorboard", default=True)
+    export: bool = _help("save the trained model to run_dir/model (SavedModel)", default=True)
+
+    def __post_init__(self) -> None:
+        _one_of("run.device", self.device, DEVICES)
+        for name in ("intra_op_threads", "inter_op_threads"):
+            if getattr(self, name) < 0:
+                raise UserError(f"run.{name} must be >= 0, got {getattr(self, name)}")
+        _positive("run.keep_checkpoints", self.keep_checkpoints)
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    preset: str = "digits"
+
+
+SECTIONS: dict[str, type] = {name: kind for name, kind in typing.get_type_hints(Config).items()
+                             if name != "preset"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks shared by the sections.
+
+def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise UserError(f"{key}={value!r} is not one of {', '.join(allowed)}"
+                        f"{_suggest(value, allowed)}")
+
+
+def _positive(key: str, value: float) -> None:
+    if not value > 0:
+        raise UserError(f"{key} must be > 0, got {value}: pass --set {key}=<a positive value>")
+
+
+def _in_range(key: str, value: float, low: float, high: float, *, open_low: bool = False,
+              open_high: bool = False) -> None:
+    above = value > low if open_low else value >= low
+    below = value < high if open_high else value <= high
+    if not (above and below):
+        lo, hi = ("(" if open_low else "["), (")" if open_high else "]")
+        raise UserError(f"{key} must be in {lo}{low}, {high}{hi}, got {value}")
+
+
+def _suggest(word: str, choices: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a Config from layers of plain values.
+
+def _section_types() -> dict[str, dict[str, Any]]:
+    """{section: {key: resolved type}} for every configurable key."""
+    return {name: typing.get_type_hints(cls) for name, cls in SECTIONS.items()}
+
+
+def all_keys() -> list[str]:
+    return [f"{s}.{k}" for s, hints in _section_types().items() for k in hints]
+
+
+def parse_value(key: str, text: str, kind: Any) -> Any:
+    """Turns the text of ``--set key=text`` into the field's type, or says what was expected."""
+    text = text.strip()
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+        if typing.get_origin(kind) is tuple:
+            parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+            return tuple(int(p) for p in parts)
+        return text
+    except ValueError:
+        expected = {bool: "true or false", int: "an integer", float: "a number"}.get(
+            kind, "integers separated by commas, e.g. 28,28,1")
+        raise UserError(f"{key}={text!r}: expected {expected}") from None
+
+
+def _coerce(key: str, value: Any, kind: Any) -> Any:
+    """Checks a TOML value's type (TOML already typed it) and converts lists to tuples."""
+    if isinstance(value, str) and kind is not str:
+        return parse_value(key, value, kind)
+    if typing.get_origin(kind) is tuple and isinstance(value, list):
+        value = tuple(value)
+    ok = {bool: isinstance(value, bool),
+          int: isinstance(value, int) and not isinstance(value, bool),
+          float: isinstance(value, (int, float)) and not isinstance(value, bool),
+          str: isinstance(value, str)}.get(kind)
+    if ok is None:  # tuple[int, ...]
+        ok = isinstance(value, tuple) and all(isinstance(v, int) for v in value)
+    if not ok:
+        raise UserError(f"{key} = {value!r} has the wrong type: expected "
+                        f"{getattr(kind, '__name__', 'a list of integers')}")
+    return float(value) if kind is float else value
+
+
+def with_overrides(base: Config, overrides: Mapping[str, Mapping[str, Any]]) -> Config:
+    """Returns ``base`` with ``{section: {key: value}}`` applied, every key and value checked."""
+    types = _section_types()
+    sections = {}
+    for section, values in overrides.items():
+        if section not in types:
+            raise UserError(f"unknown config section {section!r}; sections are "
+                            f"{', '.join(types)}{_suggest(section, types)}")
+        if not isinstance(values, Mapping):
+            raise UserError(f"config section [{section}] must be a table of key = value")
+        changes = {}
+        for key, value in values.items():
+            if key not in types[section]:
+                raise UserError(f"unknown config key {section}.{key}"
+                                f"{_suggest(f'{section}.{key}', all_keys())}; "
+                                f"'hvdtrain train --help' lists them all")
+            changes[key] = _coerce(f"{section}.{key}", value, types[section][key])
+        sections[section] = dataclasses.replace(getattr(base, section), **changes)
+    return dataclasses.replace(base, **sections)
+
+
+def parse_assignments(assignments: typing.Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``["optim.lr=0.1", ...]`` -> ``{"optim": {"lr": 0.1}}`` with values typed per field."""
+    types = _section_types()
+    out: dict[str, dict[str, Any]] = {}
+    for item in assignments:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        section, dot, name = key.partition(".")
+        if not sep or not dot:
+            raise UserError(f"--set {item!r}: expected section.key=value, e.g. "
+                            f"--set optim.lr=0.1")
+        if section not in types or name not in types[section]:
+            raise UserError(f"unknown config key {key}{_suggest(key, all_keys())}; "
+                            f"'hvdtrain train --help' lists them all")
+        out.setdefault(section, {})[name] = parse_value(key, text, types[section][name])
+    return out
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise UserError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise UserError(f"cannot read config file {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"config file {path} is not valid TOML: {e}") from None
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    """Plain values (tuples as lists), as written to run_dir/config.json."""
+    def plain(v: Any) -> Any:
+        return list(v) if isinstance(v, tuple) else v
+    out: dict[str, Any] = {"preset": config.preset}
+    for section in SECTIONS:
+        out[section] = {k: plain(v) for k, v in dataclasses.asdict(getattr(config, section)).items()}
+    return out
+
+
+def from_dict(values: Mapping[str, Any]) -> Config:
+    """The inverse of ``to_dict``: a config saved in a run directory, checked again."""
+    values = dict(values)
+    preset = str(values.pop("preset", "custom"))
+    return dataclasses.replace(with_overrides(Config(), values), preset=preset)
+
+
+def describe() -> str:
+    """Every key with its type, default and help, for ``--help``."""
+    lines = []
+    for section, cls in SECTIONS.items():
+        lines.append(f"  [{section}]")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default
+            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+            kind = getattr(hints[f.name], "__name__", "ints")
+            lines.append(f"    {section}.{f.name} ({kind}, default {shown!r})")
+            lines.append(f"        {f.metadata['help']}")
+    return "\n".join(lines)

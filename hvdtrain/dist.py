@@ -1,0 +1,122 @@
+"""The distributed layer: the only module that imports Horovod.
+
+Everything else takes ``rank`` and ``size`` as plain arguments (see ``World``), so the sharding,
+schedules and config stay testable without MPI, and a Keras 3 path built on Horovod's plain
+collectives can later sit beside the Keras 2 one kept here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+# Horovod: plain collectives on tensors; these serve any Keras version.
+import horovod.tensorflow as hvd
+# Horovod: the Keras 2 wrapper (tf.keras in TF 2.15): DistributedOptimizer and callbacks.
+import horovod.tensorflow.keras as hvd_keras
+
+from hvdtrain import placement
+from hvdtrain.errors import UserError
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    controller: str      # "mpi" or "gloo"
+    device: str          # "/GPU:0" or "/CPU:0": where this rank's ops run
+    intra_op_threads: int
+    inter_op_threads: int
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+
+def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: int = 0) -> World:
+    """Starts Horovod and places this rank: one GPU by local rank, or the CPU with its share of
+    threads. Must run before TensorFlow executes its first op."""
+    # Horovod: one process per device; init() joins the ring built by horovodrun/mpirun.
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    local_rank, local_size = hvd.local_rank(), hvd.local_size()
+
+    problem = None
+    gpus = tf.config.list_physical_devices("GPU") if device != "cpu" else []
+    if device == "gpu" and not gpus:
+        problem = "run.device=gpu but TensorFlow sees no GPU here: use run.device=auto or cpu"
+    elif gpus and local_size > len(gpus):
+        problem = (f"{local_size} ranks on this host but only {len(gpus)} GPUs visible: launch "
+                   f"at most {len(gpus)} ranks per host, or pass --set run.device=cpu")
+    if problem is None and gpus:
+        gpu = gpus[local_rank]
+        # Horovod: pin one GPU per process by LOCAL rank, so ranks on a host never share one;
+        # memory growth stops TensorFlow from reserving the whole card up front.
+        tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.set_visible_devices(gpu, "GPU")
+        placed = "/GPU:0"
+    else:
+        if device == "cpu":
+            tf.config.set_visible_devices([], "GPU")
+        placed = "/CPU:0"
+
+    share = placement.threads_per_rank(*placement.cores_available(), local_size)
+    intra = intra_op_threads or share
+    inter = inter_op_threads or min(2, share)
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+
+    controller = "mpi" if hvd.mpi_enabled() and not hvd.gloo_enabled() else "gloo"
+    world = World(rank, size, local_rank, local_size, controller, placed, intra, inter)
+    agree_or_fail(problem, world)
+    return world
+
+
+def agree_or_fail(problem: str | None, world: World) -> None:
+    """A collective check: if any rank hit a user error, every rank raises it, together.
+
+    A rank that simply exited on its own error would leave the others waiting forever in their
+    next all-reduce; gathering everyone's verdict first makes all ranks stop within seconds.
+    """
+    if world.size == 1:
+        if problem:
+            raise UserError(problem)
+        return
+    # Horovod: gather every rank's verdict (None = fine) so all ranks take the same branch.
+    verdicts = hvd.allgather_object(problem)
+    failed = [(r, p) for r, p in enumerate(verdicts) if p]
+    if failed:
+        rank, first = failed[0]
+        where = "" if len(failed) == world.size else f" (on rank {rank})"
+        raise UserError(f"{first}{where}", shared=True)
+
+
+def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer) -> tf.keras.optimizers.Optimizer:
+    # Horovod: average gradients across ranks with ring all-reduce before every update.
+    return hvd_keras.DistributedOptimizer(optimizer)
+
+
+def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
+    # Horovod: every rank starts from root's values (fresh weights, or a restored checkpoint),
+    # or ranks would train different models from the first step on.
+    hvd.broadcast_variables(list(variables), root_rank=root_rank)
+
+
+def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
+    # Horovod: root's Python value (e.g. the epoch to resume from) reaches every rank.
+    return hvd.broadcast_object(obj, root_rank=root_rank)
+
+
+def allreduce_sum(values: np.ndarray) -> np.ndarray:
+    # Horovod: exact totals across ranks (sums of counts, not a mean of per-rank means).
+    tensor = tf.constant(np.asarray(values, dtype=np.float64))
+    return hvd.allreduce(tensor, op=hvd.Sum, name="hvdtrain_sum").numpy()
+
+
+def metric_average_callback() -> tf.keras.callbacks.Callback:
+    # Horovod: the epoch's train metrics become the mean over ranks before anyone logs them.
+    return hvd_keras.callbacks.MetricAverageCallback()

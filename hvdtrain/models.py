@@ -1,0 +1,140 @@
+"""Model registry: name -> builder(input_shape, num_classes, cfg) returning an uncompiled Keras
+model that outputs logits. Users add their own as ``package.module:function``."""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+import tensorflow as tf
+
+from hvdtrain.config import ModelConfig, _suggest
+from hvdtrain.errors import UserError
+
+layers = tf.keras.layers
+Builder = Callable[[tuple[int, ...], int, ModelConfig], tf.keras.Model]
+
+
+def mlp(input_shape: tuple[int, ...], num_classes: int, cfg: ModelConfig) -> tf.keras.Model:
+    inputs = tf.keras.Input(input_shape)
+    x = layers.Flatten()(inputs)
+    x = layers.Dense(cfg.width * 2, activation="relu")(x)
+    x = layers.Dense(cfg.width, activation="relu")(x)
+    return _classifier(inputs, x, num_classes, cfg, "mlp")
+
+
+def cnn(input_shape: tuple[int, ...], num_classes: int, cfg: ModelConfig) -> tf.keras.Model:
+    """A small CNN for digit-sized images (8x8 up to 28x28, one or three channels)."""
+    _need_image(input_shape, "cnn", min_side=8)
+    filters = max(8, cfg.width // 2)
+    inputs = tf.keras.Input(input_shape)
+    x = layers.Conv2D(filters, 3, padding="same", activation="relu")(inputs)
+    x = layers.Conv2D(filters * 2, 3, padding="same", activation="relu")(x)
+    x = layers.MaxPooling2D()(x)
+    x = layers.Flatten()(x)  # small images: keep where each feature is, unlike global pooling
+    x = layers.Dense(cfg.width, activation="relu")(x)
+    return _classifier(inputs, x, num_classes, cfg, "cnn")
+
+
+def resnet_small(input_shape: tuple[int, ...], num_classes: int,
+                 cfg: ModelConfig) -> tf.keras.Model:
+    """A ResNet-style CNN for 32x32x3 (CIFAR-sized): three stages of two residual blocks."""
+    _need_image(input_shape, "resnet_small", min_side=8)
+    inputs = tf.keras.Input(input_shape)
+    x = _conv_bn(inputs, cfg.width, 3, 1)
+    for stage, filters in enumerate((cfg.width, cfg.width * 2, cfg.width * 4)):
+        for block in range(2):
+            stride = 2 if stage > 0 and block == 0 else 1
+            x = _residual_block(x, filters, stride)
+    x = layers.GlobalAveragePooling2D()(x)
+    return _classifier(inputs, x, num_classes, cfg, "resnet_small")
+
+
+def _conv_bn(x: tf.Tensor, filters: int, kernel: int, stride: int,
+             relu: bool = True) -> tf.Tensor:
+    x = layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False)(x)
+    x = layers.BatchNormalization()(x)
+    return layers.ReLU()(x) if relu else x
+
+
+def _residual_block(x: tf.Tensor, filters: int, stride: int) -> tf.Tensor:
+    shortcut = x
+    if stride != 1 or x.shape[-1] != filters:
+        shortcut = _conv_bn(x, filters, 1, stride, relu=False)
+    y = _conv_bn(x, filters, 3, stride)
+    y = _conv_bn(y, filters, 3, 1, relu=False)
+    return layers.ReLU()(layers.Add()([shortcut, y]))
+
+
+def _keras_application(constructor: Callable[..., tf.keras.Model], min_side: int) -> Builder:
+    def build(input_shape: tuple[int, ...], num_classes: int,
+              cfg: ModelConfig) -> tf.keras.Model:
+        _need_image(input_shape, cfg.name, min_side=min_side)
+        # weights=None: random init (nothing to download); logits out, like every model here.
+        return constructor(input_shape=input_shape, weights=None, classes=num_classes,
+                           classifier_activation=None)
+    return build
+
+
+def _classifier(inputs: tf.Tensor, x: tf.Tensor, num_classes: int, cfg: ModelConfig,
+                name: str) -> tf.keras.Model:
+    if cfg.dropout:
+        x = layers.Dropout(cfg.dropout)(x)
+    return tf.keras.Model(inputs, layers.Dense(num_classes)(x), name=name)
+
+
+def _need_image(input_shape: tuple[int, ...], model: str, min_side: int) -> None:
+    if len(input_shape) != 3 or min(input_shape[:2]) < min_side:
+        raise UserError(f"model {model} needs images of shape height,width,channels with sides "
+                        f">= {min_side}, got input shape {input_shape}: choose another model "
+                        f"(mlp takes any shape) or reshape the data")
+
+
+REGISTRY: dict[str, Builder] = {
+    "mlp": mlp,
+    "cnn": cnn,
+    "resnet_small": resnet_small,
+    "mobilenetv2": _keras_application(tf.keras.applications.MobileNetV2, 32),
+    "resnet50": _keras_application(tf.keras.applications.ResNet50, 32),
+}
+
+
+def resolve(name: str) -> Builder:
+    """A registered builder, or a user's ``package.module:function``."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    if ":" not in name:
+        raise UserError(f"unknown model {name!r}{_suggest(name, REGISTRY)}; registered models "
+                        f"are {', '.join(REGISTRY)}, or give your own as package.module:function")
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"cannot import {module_name!r} for model {name!r} ({e}): is it on "
+                        f"PYTHONPATH on every host?") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UserError(f"{module_name} has no function {attr!r} for model {name!r}")
+
+    def build_user_model(input_shape: tuple[int, ...], num_classes: int,
+                         cfg: ModelConfig) -> tf.keras.Model:
+        return fn(input_shape, num_classes)
+    return build_user_model
+
+
+def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
+    builder = resolve(cfg.name)
+    try:
+        model = builder(tuple(input_shape), num_classes, cfg)
+    except UserError:
+        raise
+    except (ValueError, TypeError) as e:  # e.g. a Keras application refusing an input shape
+        raise UserError(f"model {cfg.name} cannot be built for input shape {input_shape} and "
+                        f"{num_classes} classes: {str(e).splitlines()[0]}") from None
+    if not isinstance(model, tf.keras.Model):
+        raise UserError(f"model {cfg.name} returned {type(model).__name__}, not a "
+                        f"tf.keras.Model")
+    out = model.output_shape
+    if not (isinstance(out, tuple) and out[-1] == num_classes):
+        raise UserError(f"model {cfg.name} outputs shape {out}; it must output "
+                        f"[batch, {num_classes}] logits (one per class)")
+    return model

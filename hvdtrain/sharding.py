@@ -1,0 +1,78 @@
+"""Which samples each rank sees: pure NumPy, testable for any (rank, size) without MPI.
+
+Rule: rank r owns samples r, r+N, r+2N, ... (disjoint, and together every sample). Shards then
+differ in length by at most one; a shorter shard repeats one of its own samples so that every
+rank runs the same number of steps and none waits forever in an all-reduce. At most N-1 samples
+are seen twice per epoch, none is skipped. Shuffling happens after sharding, inside each shard.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hvdtrain.errors import UserError
+
+
+def shard_indices(num_samples: int, rank: int, size: int) -> np.ndarray:
+    """The samples rank ``rank`` of ``size`` owns, before padding: disjoint across ranks."""
+    if not 0 <= rank < size:
+        raise ValueError(f"rank {rank} is outside a world of size {size}")
+    return np.arange(rank, num_samples, size, dtype=np.int64)
+
+
+def padded_shard_size(num_samples: int, size: int) -> int:
+    """Samples per rank per epoch once shards are padded to equal length."""
+    return math.ceil(num_samples / size)
+
+
+def steps_per_epoch(num_samples: int, size: int, batch_size: int) -> int:
+    """Steps every rank runs per epoch (the last batch may be partial, equally on every rank)."""
+    return math.ceil(padded_shard_size(num_samples, size) / batch_size)
+
+
+def check_enough_samples(num_samples: int, size: int, what: str = "training set") -> None:
+    if num_samples < size:
+        raise UserError(f"the {what} has {num_samples} samples but {size} ranks were launched: "
+                        f"every rank needs at least one; launch at most {num_samples} ranks or "
+                        f"use more data")
+
+
+def epoch_order(num_samples: int, rank: int, size: int, epoch: int, seed: int,
+                shuffle: bool) -> np.ndarray:
+    """This rank's sample indices for one epoch: its shard, padded, shuffled by (seed, epoch).
+
+    The order depends only on its arguments, so a run resumed at epoch k sees exactly the
+    batches an uninterrupted run would have seen.
+    """
+    check_enough_samples(num_samples, size)
+    own = shard_indices(num_samples, rank, size)
+    padded = np.resize(own, padded_shard_size(num_samples, size))  # wraps around its own shard
+    if shuffle:
+        rng = np.random.default_rng([seed, epoch, rank])
+        padded = rng.permutation(padded)
+    return padded
+
+
+def epoch_orders(num_samples: int, rank: int, size: int, first_epoch: int, epochs: int,
+                 seed: int, shuffle: bool) -> np.ndarray:
+    """``epoch_order`` for epochs first_epoch .. epochs-1, stacked: shape [epochs-first, shard]."""
+    return np.stack([epoch_order(num_samples, rank, size, e, seed, shuffle)
+                     for e in range(first_epoch, epochs)])
+
+
+def shard_files(files: list[str], rank: int, size: int) -> list[str] | None:
+    """Whole files per rank when there are at least as many files as ranks, else None (the
+    caller then shards record by record)."""
+    if len(files) < size:
+        return None
+    return files[rank::size]
+
+
+def records_per_rank(file_counts: tuple[int, ...] | list[int], size: int) -> list[int]:
+    """Records each rank reads per pass when files are sharded as ``shard_files`` does (or,
+    with fewer files than ranks, record by record)."""
+    if len(file_counts) >= size:
+        return [sum(file_counts[r::size]) for r in range(size)]
+    total = sum(file_counts)
+    return [len(shard_indices(total, r, size)) for r in range(size)]

@@ -1,0 +1,277 @@
+"""The Keras ``fit`` trainer: build, restore or broadcast, fit, evaluate exactly, export.
+
+It reads no argv or environment: it takes a Config and the World from ``dist.init``.
+Rank 0 alone prints and writes; every collective is reached by every rank in the same order.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import numpy as np
+import tensorflow as tf
+
+from hvdtrain import __version__, callbacks, checkpoints, data, dist, models, schedules, sharding
+from hvdtrain.config import Config, to_dict
+from hvdtrain.errors import UserError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    dataset: data.DataSet
+    model: tf.keras.Model
+    optimizer: tf.keras.optimizers.Optimizer
+    checkpoint: tf.train.Checkpoint
+    run_dir: Path
+    start_epoch: int
+    restored_metrics: dict
+
+
+class Trainer:
+    def __init__(self, config: Config, world: dist.World, *, resume: bool = False):
+        self.config, self.world, self.resume = config, world, resume
+        self._eval_step = None
+
+    def say(self, message: str) -> None:
+        if self.world.is_chief:
+            print(message, flush=True)
+
+    # -----------------------------------------------------------------------------------------
+    def train(self) -> dict:
+        """Trains to ``train.epochs`` and returns the summary that rank 0 writes to summary.json."""
+        started = time.perf_counter()
+        cfg, world = self.config, self.world
+        p = self.prepare()
+        stream = data.train_dataset(
+            p.dataset.train, rank=world.rank, size=world.size, batch_size=cfg.train.batch_size,
+            first_epoch=p.start_epoch, epochs=cfg.train.epochs, seed=cfg.train.seed,
+            shuffle=cfg.data.shuffle, shuffle_buffer=cfg.data.shuffle_buffer)
+        steps = stream.steps_per_epoch
+        peak_lr = schedules.scaled_lr(cfg.optim.lr, world.size, cfg.optim.lr_scaling)
+        self._banner(p, steps, peak_lr)
+
+        lr = callbacks.LearningRateSchedule(
+            base_lr=cfg.optim.lr, peak_lr=peak_lr,
+            warmup_steps=round(cfg.optim.warmup_epochs * steps),
+            total_steps=cfg.train.epochs * steps, decay=cfg.optim.decay)
+        throughput = callbacks.Throughput(stream.samples_per_epoch * world.size)
+        evaluation = callbacks.ExactEvaluation(lambda: self.evaluate(p.model, p.dataset),
+                                               cfg.train.eval_every, cfg.train.epochs)
+        # Every rank, in this order: average the epoch's metrics over ranks (a collective), then
+        # the exact eval (a collective), then the numbers rank 0 reports.
+        every_rank = [dist.metric_average_callback(), lr, evaluation, throughput]
+        chief_only = [callbacks.ProgressLine(cfg.train.epochs),
+                      callbacks.MetricsLog(p.run_dir / "metrics.jsonl"),
+                      callbacks.Checkpointer(p.checkpoint, p.run_dir, cfg.run.keep_checkpoints)]
+        if cfg.run.tensorboard:
+            chief_only.insert(0, tf.keras.callbacks.TensorBoard(
+                str(p.run_dir / "tensorboard"), write_graph=False, profile_batch=0))
+
+        final_logs = dict(p.restored_metrics)
+        if p.start_epoch < cfg.train.epochs:
+            history = p.model.fit(
+                stream.dataset, epochs=cfg.train.epochs, initial_epoch=p.start_epoch,
+                steps_per_epoch=steps, verbose=0,
+                callbacks=every_rank + (chief_only if world.is_chief else []))
+            final_logs = {k: float(v[-1]) for k, v in history.history.items()}
+        else:
+            self.say(f"nothing to train: {p.run_dir} is at epoch {p.start_epoch} of "
+                     f"{cfg.train.epochs}; raise train.epochs to train further")
+        final_eval = evaluation.latest or self.evaluate(p.model, p.dataset)
+
+        summary = {
+            "hvdtrain_version": __version__,
+            "preset": cfg.preset,
+            "world_size": world.size,
+            "controller": world.controller,
+            "device": world.device,
+            "intra_op_threads": world.intra_op_threads,
+            "epochs": cfg.train.epochs,
+            "resumed_from_epoch": p.start_epoch if self.resume else None,
+            "batch_size_per_rank": cfg.train.batch_size,
+            "global_batch_size": cfg.train.batch_size * world.size,
+            "steps_per_epoch": steps,
+            "peak_lr": peak_lr,
+            "model": cfg.model.name,
+            "params": int(p.model.count_params()),
+            "data": p.dataset.description,
+            "final_train_loss": final_logs.get("loss"),
+            "final_train_accuracy": final_logs.get("accuracy"),
+            "final_eval_loss": final_eval["eval_loss"],
+            "final_eval_accuracy": final_eval["eval_accuracy"],
+            "eval_samples": final_eval["eval_samples"],
+            "train_seconds": throughput.train_seconds,
+            "train_samples_per_sec": (throughput.samples_per_epoch * throughput.epochs_timed
+                                      / throughput.train_seconds
+                                      if throughput.train_seconds else None),
+            "wall_seconds": time.perf_counter() - started,
+            "run_dir": str(p.run_dir),
+        }
+        if world.is_chief:
+            if cfg.run.export:
+                summary["exported_model"] = str(self._export(p.model, p.run_dir))
+            checkpoints.write_json_atomic(p.run_dir / "summary.json", summary)
+            self.say(f"done: eval accuracy {final_eval['eval_accuracy']:.4f} on "
+                     f"{final_eval['eval_samples']} samples, {summary['wall_seconds']:.1f}s, "
+                     f"run dir {p.run_dir}")
+        return summary
+
+    # -----------------------------------------------------------------------------------------
+    def prepare(self) -> Prepared:
+        """Data, model and optimizer on every rank; the run directory checked and the resume
+        point restored by rank 0; then rank 0's state broadcast to all."""
+        dataset, model, optimizer, checkpoint = self._build()
+        run_dir = Path(self._on_chief(self._default_run_dir))
+        start_epoch, restored = self._on_chief(lambda: self._open_run_dir(run_dir, checkpoint))
+        dist.broadcast_variables(model.variables + list(optimizer.variables()))
+        return Prepared(dataset, model, optimizer, checkpoint, run_dir, start_epoch, restored)
+
+    def evaluate_checkpoint(self, run_dir: Path) -> dict:
+        """``hvdtrain eval``: the latest checkpoint of ``run_dir`` on the whole eval set."""
+        dataset, model, optimizer, checkpoint = self._build()
+
+        def restore_latest() -> int:
+            found = checkpoints.latest(run_dir)
+            if not found:
+                raise UserError(f"{run_dir} holds no checkpoint to evaluate")
+            checkpoints.restore(checkpoint, found[1])
+            return found[0]
+        epoch = self._on_chief(restore_latest)
+        dist.broadcast_variables(model.variables)
+        return {"epoch": epoch, **self.evaluate(model, dataset)}
+
+    def _build(self) -> tuple[data.DataSet, tf.keras.Model, tf.keras.optimizers.Optimizer,
+                              tf.train.Checkpoint]:
+        cfg, world = self.config, self.world
+        problem = dataset = model = None
+        try:
+            dataset = data.load(cfg.data, cfg.train.seed)
+            sharding.check_enough_samples(len(dataset.train), world.size)
+            tf.keras.utils.set_random_seed(cfg.train.seed)
+            model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+        except UserError as e:
+            problem = str(e)
+        dist.agree_or_fail(problem, world)
+
+        optimizer = self._optimizer()
+        model.compile(optimizer=optimizer,
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        # Create the optimizer's slots now, so that a restore fills them and a broadcast
+        # carries them.
+        optimizer.build(model.trainable_variables)
+        return dataset, model, optimizer, tf.train.Checkpoint(model=model, optimizer=optimizer)
+
+    def _on_chief(self, work: Callable[[], T]) -> T:
+        """Runs ``work`` on rank 0 alone (file system work), then gives its result, or its user
+        error, to every rank."""
+        result, problem = None, None
+        if self.world.is_chief:
+            try:
+                result = work()
+            except UserError as e:
+                problem = str(e)
+        dist.agree_or_fail(problem, self.world)
+        return dist.broadcast_object(result)
+
+    def _optimizer(self) -> tf.keras.optimizers.Optimizer:
+        o = self.config.optim
+        if o.name == "sgd":
+            base = tf.keras.optimizers.SGD(learning_rate=o.lr, momentum=o.momentum)
+        else:
+            base = tf.keras.optimizers.Adam(learning_rate=o.lr)
+        return dist.distributed_optimizer(base)
+
+    def _default_run_dir(self) -> str:
+        if self.config.run.run_dir:
+            return self.config.run.run_dir
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        return os.path.join("runs", f"{self.config.preset}-{stamp}")
+
+    def _open_run_dir(self, run_dir: Path, checkpoint: tf.train.Checkpoint) -> tuple[int, dict]:
+        """Rank 0: refuses to overwrite an earlier run, restores the latest checkpoint when
+        resuming, and writes the config. Returns (epochs already done, their last metrics)."""
+        found = checkpoints.latest(run_dir)
+        if found and not self.resume:
+            raise UserError(f"{run_dir} already holds a run (checkpoint after epoch {found[0]}): "
+                            f"pass --resume to continue it, or choose another --run-dir")
+        if (run_dir / "summary.json").exists() and not self.resume:
+            raise UserError(f"{run_dir} already holds a finished run: choose another --run-dir")
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create run dir {run_dir}: {e.strerror}") from None
+        if not os.access(run_dir, os.W_OK):
+            raise UserError(f"run dir {run_dir} is not writable: choose another --run-dir")
+        start_epoch, restored = 0, {}
+        if found:
+            checkpoints.restore(checkpoint, found[1])
+            start_epoch = found[0]
+            meta = checkpoints.read_meta(found[1])
+            restored = meta.get("metrics", {})
+            self.say(f"resuming {run_dir} after epoch {start_epoch} from {found[1].name}")
+        elif self.resume:
+            self.say(f"no checkpoint in {run_dir} yet: starting at epoch 1")
+        checkpoints.write_json_atomic(run_dir / "config.json", to_dict(self.config))
+        return start_epoch, restored
+
+    # -----------------------------------------------------------------------------------------
+    def evaluate(self, model: tf.keras.Model, dataset: data.DataSet) -> dict:
+        """Loss and accuracy over the WHOLE eval set: each rank sums over its disjoint shard,
+        and the sums (not per-rank means) are added across ranks. Every rank must call it."""
+        if self._eval_step is None:
+            @tf.function
+            def eval_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+                logits = model(x, training=False)
+                losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits,
+                                                                         from_logits=True)
+                hits = tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y),
+                               tf.float64)
+                return tf.stack([tf.reduce_sum(tf.cast(losses, tf.float64)),
+                                 tf.reduce_sum(hits), tf.cast(tf.size(y), tf.float64)])
+            self._eval_step = eval_step
+        sums = np.zeros(3, np.float64)
+        shard = data.eval_dataset(dataset.eval, rank=self.world.rank, size=self.world.size,
+                                  batch_size=self.config.train.batch_size)
+        for x, y in shard:
+            sums += self._eval_step(x, y).numpy()
+        loss_sum, correct, count = dist.allreduce_sum(sums)
+        return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count,
+                "eval_samples": int(count)}
+
+    # -----------------------------------------------------------------------------------------
+    def _banner(self, p: Prepared, steps: int, peak_lr: float) -> None:
+        cfg, w = self.config, self.world
+        self.say(
+            f"hvdtrain {__version__}: {w.size} rank{'s' if w.size > 1 else ''} ({w.controller}), "
+            f"{w.device} x {w.intra_op_threads} threads per rank\n"
+            f"  data  {p.dataset.description}\n"
+            f"  model {cfg.model.name}, {p.model.count_params():,} parameters\n"
+            f"  optim {cfg.optim.name}, lr {cfg.optim.lr:g} per rank -> {peak_lr:g} "
+            f"({cfg.optim.lr_scaling} scaling, {cfg.optim.warmup_epochs:g} warmup epochs, "
+            f"{cfg.optim.decay})\n"
+            f"  batch {cfg.train.batch_size} per rank, {cfg.train.batch_size * w.size} global, "
+            f"{steps} steps per epoch, epochs {p.start_epoch + 1}..{cfg.train.epochs}\n"
+            f"  run   {p.run_dir}")
+
+    def _export(self, model: tf.keras.Model, run_dir: Path) -> Path:
+        """Rank 0: the trained model as a SavedModel in RUN_DIR/model, swapped in atomically."""
+        final = run_dir / "model"
+        tmp = run_dir / f".model.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save(str(tmp), include_optimizer=False, save_format="tf")
+        if final.exists():
+            old = run_dir / f".model.old-{os.getpid()}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        return final

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Installs what hvdtrain needs, and only what is missing: Open MPI (apt), a project virtualenv,
+# the pinned stack (see STACK.md in the shared notes) and hvdtrain itself. Safe to run again:
+# a second run checks and skips in a few seconds.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+VENV=${HVDTRAIN_VENV:-.venv}
+PY="$VENV/bin/python"
+TF_PIN="tensorflow-cpu==2.15.1"
+HOROVOD_PIN="horovod==0.28.1"
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"
+    elif command -v sudo >/dev/null; then sudo "$@"
+    else die "need root (or sudo) to run: $*"; fi
+}
+
+# 1. Open MPI: Horovod's MPI controller and mpirun need the compiler wrapper and the launcher.
+if ! command -v mpirun >/dev/null || ! command -v mpicxx >/dev/null; then
+    say "installing Open MPI and build tools (apt)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        libopenmpi-dev openmpi-bin cmake g++ make >/dev/null
+fi
+# Horovod's Gloo build needs CMake 3.x; CMake 4 refuses Gloo's old cmake_minimum_required.
+command -v cmake >/dev/null || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
+
+# 2. The virtualenv, on a Python that TensorFlow 2.15 supports (3.9 to 3.11).
+if [ ! -x "$PY" ]; then
+    PYTHON=${PYTHON:-python3}
+    "$PYTHON" -c 'import sys; sys.exit(not ((3, 9) <= sys.version_info[:2] <= (3, 11)))' \
+        || die "TensorFlow 2.15 needs Python 3.9 to 3.11; $PYTHON is $("$PYTHON" -V 2>&1). Set PYTHON=python3.11."
+    say "creating virtualenv $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$PY" -m pip --disable-pip-version-check -q)
+
+has_version() {  # has_version DIST VERSION-PREFIX: is DIST installed at that version?
+    "$PY" - "$1" "$2" <<'PYEOF'
+import sys
+from importlib import metadata
+try:
+    sys.exit(0 if metadata.version(sys.argv[1]).startswith(sys.argv[2]) else 1)
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+PYEOF
+}
+
+# 3. The pinned Python stack. TF 2.15 is the last TF whose tf.keras is Keras 2, and it needs numpy<2.
+if ! has_version tensorflow-cpu 2.15.1 || ! has_version mpi4py 4 || ! has_version scikit-learn "" \
+   || ! has_version pytest "" || ! has_version matplotlib ""; then
+    say "installing $TF_PIN, numpy<2, mpi4py, scikit-learn, pytest, matplotlib (pip)"
+    "${PIP[@]}" install "$TF_PIN" "numpy<2" "mpi4py>=4,<5" scikit-learn pytest matplotlib wheel "setuptools>=64"
+fi
+
+# 4. Horovod, built from source against that TensorFlow, with both MPI and Gloo controllers.
+if ! has_version horovod 0.28.1; then
+    say "building $HOROVOD_PIN with TensorFlow, MPI and Gloo (takes a few minutes)"
+    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
+    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+    MAKEFLAGS="-j$(nproc)" \
+        "${PIP[@]}" install --no-build-isolation --no-cache-dir "$HOROVOD_PIN"
+fi
+
+# 5. hvdtrain itself, editable, so the checkout is what runs.
+if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain' 2>/dev/null; then
+    say "installing hvdtrain (editable)"
+    "${PIP[@]}" install --no-deps --no-build-isolation -e .
+fi
+
+# 6. The build must really carry all three pieces, or multi-rank runs fail later in obscure ways.
+build=$("$VENV/bin/horovodrun" --check-build 2>&1) || die "horovodrun --check-build failed: $build"
+for part in TensorFlow MPI Gloo; do
+    grep -q "\[X\] $part" <<<"$build" || die "Horovod was built without $part. Reinstall it:
+    rm -rf $VENV && make install
+Build report:
+$build"
+done
+say "ready: $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null), $(mpirun --version 2>&1 | head -1)"
