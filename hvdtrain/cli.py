@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,6 +22,8 @@ from hvdtrain.errors import UserError
 SHORTCUTS = {"run_dir": ("run", "run_dir"), "epochs": ("train", "epochs"),
              "batch_size": ("train", "batch_size"), "lr": ("optim", "lr"),
              "model": ("model", "name"), "data": ("data", "source")}
+
+SHARED_ERROR_GRACE_S = 3.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,6 +117,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         if placement.launcher_rank() == 0 or not e.shared:
             print(f"hvdtrain: error: {e}", file=sys.stderr, flush=True)
+        else:
+            # Let rank 0 report and exit first: launchers tear the job down as soon as any
+            # rank exits non-zero, which could otherwise kill rank 0 before it prints.
+            time.sleep(SHARED_ERROR_GRACE_S)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

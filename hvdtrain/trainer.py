@@ -37,6 +37,7 @@ class Prepared:
 class Trainer:
     def __init__(self, config: Config, world: dist.World, *, resume: bool = False):
         self.config, self.world, self.resume = config, world, resume
+        self.model: tf.keras.Model | None = None   # the trained model, once train() returns
         self._eval_step = None
 
     def say(self, message: str) -> None:
@@ -49,6 +50,7 @@ class Trainer:
         started = time.perf_counter()
         cfg, world = self.config, self.world
         p = self.prepare()
+        self.model = p.model
         stream = data.train_dataset(
             p.dataset.train, rank=world.rank, size=world.size, batch_size=cfg.train.batch_size,
             first_epoch=p.start_epoch, epochs=cfg.train.epochs, seed=cfg.train.seed,

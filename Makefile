@@ -1,0 +1,32 @@
+# hvdtrain: `make demo` and `make test` install whatever is missing first (scripts/setup.sh).
+VENV ?= .venv
+NP ?= 2
+PY := $(VENV)/bin/python
+
+# The venv's horovodrun, hvdtrain and python must be what every rank finds on PATH.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Open MPI refuses to start as root unless told (CI and containers run as root).
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+# TensorFlow's C++ start-up chatter, once per process, hides the real output.
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: install demo test unit clean
+
+install:
+	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh
+
+# The main job: $(NP) Horovod ranks (Gloo) train a CNN on scikit-learn's built-in digits.
+demo: install
+	horovodrun -np $(NP) -H localhost:$(NP) --gloo hvdtrain train --preset digits
+
+# The whole suite: unit tests, then real multi-rank runs under horovodrun (Gloo) and mpirun.
+test: install
+	$(PY) -m pytest
+
+# Only the tests that need no launcher (seconds).
+unit: install
+	$(PY) -m pytest -m "not multirank"
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,69 @@
+"""Shared helpers: launching real multi-rank jobs under horovodrun (Gloo) or mpirun (MPI)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+TESTS = Path(__file__).parent
+LAUNCHERS = ["gloo", "mpi"]
+
+
+@dataclass
+class Launched:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def launcher_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    # Open MPI refuses to run as root (CI, containers) unless told.
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+def launch_command(launcher: str, np_: int, argv: list[str]) -> list[str]:
+    if launcher == "single":
+        assert np_ == 1
+        return argv
+    if launcher == "gloo":
+        return [str(BIN / "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo",
+                *argv]
+    mpirun = shutil.which("mpirun")
+    assert mpirun, "mpirun not found: run 'make install'"
+    extra = ["--oversubscribe"] if (os.cpu_count() or 1) < np_ else []
+    return [mpirun, "-np", str(np_), *extra, *argv]
+
+
+def launch(launcher: str, np_: int, argv: list[str], *, cwd: Path | None = None,
+           timeout: float = 300) -> Launched:
+    """Runs a job to completion and returns its exit status and combined output."""
+    start = time.monotonic()
+    proc = subprocess.run(launch_command(launcher, np_, argv), cwd=cwd, env=launcher_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return Launched(proc.returncode, proc.stdout, time.monotonic() - start)
+
+
+def worker(out: Path, *args: str) -> list[str]:
+    return [sys.executable, str(TESTS / "multirank_worker.py"), "--out", str(out), *args]
+
+
+def hvdtrain(*args: str) -> list[str]:
+    return [str(BIN / "hvdtrain"), *args]
+
+
+@pytest.fixture(params=LAUNCHERS)
+def launcher(request) -> str:
+    return request.param

@@ -1,0 +1,54 @@
+"""Launched by test_multirank.py under horovodrun or mpirun (or alone): trains through the
+library API and saves what EVERY rank ends with, which the product itself never does (only
+rank 0 writes)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--preset", default="synthetic-mlp")
+    parser.add_argument("--set", dest="assignments", action="append", default=[])
+    parser.add_argument("--perturb-nonroot", action="store_true",
+                        help="give ranks other than 0 different initial weights, so that only "
+                             "a working broadcast from rank 0 can make the ranks agree")
+    args = parser.parse_args()
+
+    from hvdtrain import data, dist, models, presets, trainer
+    cfg = presets.build_config(args.preset, None, args.assignments)
+    world = dist.init(device=cfg.run.device)
+
+    if args.perturb_nonroot and world.rank != 0:
+        original_build = models.build
+
+        def perturbed_build(*a, **kw):
+            model = original_build(*a, **kw)
+            for v in model.weights:
+                v.assign(v + 0.5 * (world.rank + 1))
+            return model
+        models.build = perturbed_build
+
+    job = trainer.Trainer(cfg, world)
+    summary = job.train()
+    args.out.mkdir(parents=True, exist_ok=True)
+    np.savez(args.out / f"rank{world.rank}.npz", *[w.numpy() for w in job.model.weights])
+    if world.is_chief:
+        # The eval accuracy recomputed here, by one process over the WHOLE eval set.
+        dataset = data.load(cfg.data, cfg.train.seed)
+        x, y = dataset.eval.x, dataset.eval.y
+        predicted = np.argmax(job.model.predict(x, batch_size=256, verbose=0), axis=1)
+        summary["whole_eval_set_accuracy"] = float(np.mean(predicted == y))
+        (args.out / "summary.json").write_text(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Real multi-rank runs: 2 ranks under horovodrun --gloo and under mpirun, on CPU."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import hvdtrain, launch, worker
+
+pytestmark = pytest.mark.multirank
+
+# A small, fast, deterministic job for the numerical checks.
+EXACT = ["--set", "data.num_samples=333", "--set", "run.tensorboard=false",
+         "--set", "run.export=false"]
+
+
+def weights(path: Path) -> list[np.ndarray]:
+    with np.load(path) as f:
+        return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def assert_ok(job, what: str) -> None:
+    assert job.returncode == 0, f"{what} failed ({job.returncode}):\n{job.output[-4000:]}"
+
+
+def test_weights_identical_on_every_rank_and_eval_is_exact(launcher, tmp_path):
+    # Rank 1 starts from different weights: only the broadcast from rank 0 makes them agree.
+    job = launch(launcher, 2, worker(tmp_path / "out", "--perturb-nonroot", *EXACT,
+                                     "--set", f"run.run_dir={tmp_path / 'run'}",
+                                     "--set", "train.epochs=3"))
+    assert_ok(job, "2-rank training")
+    rank0, rank1 = weights(tmp_path / "out/rank0.npz"), weights(tmp_path / "out/rank1.npz")
+    assert len(rank0) == len(rank1) > 0
+    for a, b in zip(rank0, rank1):
+        np.testing.assert_array_equal(a, b)
+
+    summary = json.loads((tmp_path / "out/summary.json").read_text())
+    assert summary["world_size"] == 2
+    assert summary["controller"] == ("gloo" if launcher == "gloo" else "mpi")
+    # 67 eval samples split 34/33 over the ranks: the reported accuracy is the exact one over
+    # the whole set, not a mean of the two ranks' accuracies.
+    assert summary["eval_samples"] == 67
+    assert summary["final_eval_accuracy"] == pytest.approx(
+        summary["whole_eval_set_accuracy"], abs=1e-9)
+    assert summary["final_train_loss"] < np.log(10)  # below a uniform guess over 10 classes
+
+
+def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, tmp_path):
+    plain_sgd = [*EXACT, "--set", "data.shuffle=false", "--set", "optim.momentum=0",
+                 "--set", "optim.lr_scaling=none", "--set", "optim.warmup_epochs=0",
+                 "--set", "optim.lr=0.1", "--set", "train.epochs=3"]
+
+    def run(np_, launcher_, batch, name, *extra):
+        job = launch(launcher_, np_, worker(tmp_path / name, *plain_sgd, *extra,
+                                            "--set", f"train.batch_size={batch}",
+                                            "--set", f"run.run_dir={tmp_path / name / 'run'}"))
+        assert_ok(job, name)
+        return weights(tmp_path / name / "rank0.npz")
+
+    two_ranks = run(2, launcher, 16, "two", "--perturb-nonroot")
+    one_rank = run(1, "single", 32, "one")
+    for a, b in zip(two_ranks, one_rank):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    # The check is sharp: one rank at batch 16 (half the global batch) ends elsewhere.
+    half_batch = run(1, "single", 16, "half")
+    assert max(np.abs(a - b).max() for a, b in zip(half_batch, one_rank)) > 1e-3
+
+
+def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
+    run_dir = tmp_path / "digits"
+    job = launch(launcher, 2, hvdtrain("train", "--preset", "digits", "--epochs", "5",
+                                       "--run-dir", str(run_dir)))
+    assert_ok(job, "hvdtrain train")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["epochs"] == 5
+    assert summary["eval_samples"] == 360
+    assert summary["final_eval_accuracy"] >= 0.95, summary
+    assert summary["final_train_loss"] < 0.5
+    assert summary["train_samples_per_sec"] > 0 and summary["wall_seconds"] > 0
+
+    # Rank 0 alone prints: one progress line per epoch, not one per rank.
+    progress = re.findall(r"epoch +(\d+)/5 +loss", job.output)
+    assert progress == ["1", "2", "3", "4", "5"], job.output
+    assert "[1]<stdout>" not in job.output
+
+    # Rank 0 alone writes, and writes everything.
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2, 3, 4, 5]
+    assert all("eval_accuracy" in m and "samples_per_sec" in m for m in metrics)
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert kept == ["epoch-0003", "epoch-0004", "epoch-0005"]  # run.keep_checkpoints = 3
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    assert json.loads((run_dir / "config.json").read_text())["train"]["epochs"] == 5
+
+    # The exported model is the trained one: it scores the reported accuracy on its own.
+    import tensorflow as tf
+    from hvdtrain import data, presets
+    model = tf.keras.models.load_model(str(run_dir / "model"))
+    evaluation = data.load(presets.digits().data, seed=42).eval
+    predicted = np.argmax(model.predict(evaluation.x, verbose=0), axis=1)
+    assert np.mean(predicted == evaluation.y) == pytest.approx(summary["final_eval_accuracy"])
+
+
+def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(tmp_path):
+    common = ["--preset", "digits-mlp", "--set", "run.tensorboard=false"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert_ok(launch("mpi", 2, hvdtrain("train", *common, "--epochs", "4",
+                                        "--run-dir", str(straight))), "4 epochs")
+    assert_ok(launch("mpi", 2, hvdtrain("train", *common, "--epochs", "2",
+                                        "--run-dir", str(resumed))), "2 epochs")
+    job = launch("gloo", 2, hvdtrain("train", *common, "--epochs", "4", "--resume",
+                                     "--run-dir", str(resumed)))
+    assert_ok(job, "resume to 4")
+    assert "resuming" in job.output and "after epoch 2" in job.output
+    assert re.findall(r"epoch (\d)/4 +loss", job.output) == ["3", "4"]
+
+    import tensorflow as tf
+    a = tf.keras.models.load_model(str(straight / "model")).get_weights()
+    b = tf.keras.models.load_model(str(resumed / "model")).get_weights()
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
+    epochs = [json.loads(l)["epoch"] for l in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3, 4]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: every rank stops within seconds, one line from rank 0, exit status 2, no
+# traceback from any rank, and an existing run directory is left exactly as it was.
+
+def _bad_files(root: Path) -> dict[str, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    files = {"garbage": root / "garbage.npz", "lengths": root / "lengths.npz",
+             "labels": root / "labels.npz"}
+    files["garbage"].write_bytes(b"this is not a zip archive")
+    np.savez(files["lengths"], x=np.zeros((10, 4), np.float32), y=np.zeros(9, np.int64))
+    np.savez(files["labels"], x=np.zeros((10, 4), np.float32), y=np.arange(10) + 5)
+    return files
+
+
+BAD_INPUT = {
+    "missing file": (["--data", "npz", "--set", "data.path={root}/missing.npz"],
+                     "does not exist"),
+    "unreadable file": (["--data", "npz", "--set", "data.path={root}/garbage.npz"],
+                        "is not a readable .npz file"),
+    "lengths differ": (["--data", "npz", "--set", "data.path={root}/lengths.npz"],
+                       "x has 10 samples but y has 9"),
+    "labels out of range": (["--data", "npz", "--set", "data.path={root}/labels.npz",
+                             "--model", "mlp"], "pass --set data.num_classes=15"),
+    "more ranks than samples": (["--preset", "synthetic-mlp", "--set", "data.num_samples=2",
+                                 "--set", "data.eval_fraction=0.5"], "1 samples but 2 ranks"),
+    "batch size 0": (["--batch-size", "0"], "train.batch_size must be > 0"),
+    "negative lr": (["--lr", "-0.1"], "optim.lr must be > 0"),
+    "unknown model": (["--model", "resnet51"], "unknown model 'resnet51'"),
+    "unknown preset": (["--preset", "imagenet"], "unknown preset 'imagenet'"),
+    "unknown key": (["--set", "train.epoch=3"], "did you mean 'train.epochs'"),
+    "run dir in use": (["--epochs", "1"], "already holds a run"),
+}
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_stops_every_rank_with_one_line(case, launcher, tmp_path):
+    files = _bad_files(tmp_path / "data")
+    run_dir = tmp_path / "earlier-run"   # a finished run that must survive untouched
+    (run_dir / "checkpoints/epoch-0002").mkdir(parents=True)
+    (run_dir / "checkpoints/epoch-0002/meta.json").write_text('{"epochs_done": 2}')
+    (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n{"epoch": 2}\n')
+    before = _snapshot(run_dir)
+
+    args, expected = BAD_INPUT[case]
+    args = [a.format(root=files["garbage"].parent) for a in args]
+    job = launch(launcher, 2, hvdtrain("train", *args, "--run-dir", str(run_dir)), timeout=120)
+
+    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
+    assert len(errors) == 1, job.output
+    assert expected in errors[0], errors[0]
+    assert job.returncode != 0
+    if launcher == "mpi":
+        assert job.returncode == 2
+        assert "Traceback" not in job.output, job.output
+    else:  # horovodrun adds its own RuntimeError traceback; the ranks must not add one
+        assert "exit with status code 2" in job.output, job.output
+        assert not re.search(r"^\[\d+\]<std(out|err)>:Traceback", job.output, re.M), job.output
+    assert job.seconds < 60
+    assert _snapshot(run_dir) == before

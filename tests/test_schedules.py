@@ -1,0 +1,57 @@
+"""Learning-rate scaling and warmup, and per-rank thread placement: pure functions."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hvdtrain import placement, schedules
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 8, 64])
+def test_scaling_rules(size):
+    assert schedules.scaled_lr(0.1, size, "linear") == pytest.approx(0.1 * size)
+    assert schedules.scaled_lr(0.1, size, "sqrt") == pytest.approx(0.1 * math.sqrt(size))
+    assert schedules.scaled_lr(0.1, size, "none") == 0.1
+
+
+def test_unknown_rule_and_bad_size():
+    with pytest.raises(ValueError):
+        schedules.scaled_lr(0.1, 2, "cubic")
+    with pytest.raises(ValueError):
+        schedules.scaled_lr(0.1, 0, "linear")
+
+
+def test_warmup_ramps_linearly_from_base_to_peak():
+    lr = [schedules.lr_at_step(s, base_lr=0.1, peak_lr=0.4, warmup_steps=10, total_steps=100)
+          for s in range(15)]
+    assert lr[0] == pytest.approx(0.1)
+    assert lr[5] == pytest.approx(0.25)
+    assert all(b > a for a, b in zip(lr[:10], lr[1:11]))
+    assert lr[10:] == [pytest.approx(0.4)] * 5
+
+
+def test_no_warmup_starts_at_peak():
+    assert schedules.lr_at_step(0, base_lr=0.1, peak_lr=0.4, warmup_steps=0,
+                                total_steps=10) == 0.4
+
+
+def test_cosine_decays_to_zero_after_warmup():
+    kw = dict(base_lr=0.1, peak_lr=0.4, warmup_steps=10, total_steps=110, decay="cosine")
+    assert schedules.lr_at_step(10, **kw) == pytest.approx(0.4)
+    assert schedules.lr_at_step(60, **kw) == pytest.approx(0.2)
+    assert schedules.lr_at_step(110, **kw) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_threads_per_rank():
+    assert placement.threads_per_rank(available_cores=1, total_cores=2, local_size=2) == 1
+    assert placement.threads_per_rank(available_cores=16, total_cores=16, local_size=4) == 4
+    assert placement.threads_per_rank(available_cores=2, total_cores=2, local_size=4) == 1
+    assert placement.threads_per_rank(available_cores=4, total_cores=16, local_size=1) == 4
+
+
+def test_launcher_rank_from_environment():
+    assert placement.launcher_rank({}) == 0
+    assert placement.launcher_rank({"OMPI_COMM_WORLD_RANK": "3"}) == 3
+    assert placement.launcher_rank({"HOROVOD_RANK": "1", "PMI_RANK": "5"}) == 1
+    assert placement.launcher_rank({"SLURM_PROCID": "2"}) == 2
