@@ -18,7 +18,7 @@ install:
 
 # The main job: $(NP) Horovod ranks (Gloo) train a CNN on scikit-learn's built-in digits.
 demo: install
-	horovodrun -np $(NP) -H localhost:$(NP) --gloo hvdtrain train --preset digits
+	run_scripts/local.sh $(NP) --preset digits
 
 # The whole suite: unit tests, then real multi-rank runs under horovodrun (Gloo) and mpirun.
 test: install

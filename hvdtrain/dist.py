@@ -45,22 +45,16 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     rank, size = hvd.rank(), hvd.size()
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
-    problem = None
-    gpus = tf.config.list_physical_devices("GPU") if device != "cpu" else []
-    if device == "gpu" and not gpus:
-        problem = "run.device=gpu but TensorFlow sees no GPU here: use run.device=auto or cpu"
-    elif gpus and local_size > len(gpus):
-        problem = (f"{local_size} ranks on this host but only {len(gpus)} GPUs visible: launch "
-                   f"at most {len(gpus)} ranks per host, or pass --set run.device=cpu")
-    if problem is None and gpus:
-        gpu = gpus[local_rank]
+    gpus = tf.config.list_physical_devices("GPU")
+    index, problem = placement.choose_gpu(len(gpus), local_rank, local_size, device)
+    if index is not None:
         # Horovod: pin one GPU per process by LOCAL rank, so ranks on a host never share one;
         # memory growth stops TensorFlow from reserving the whole card up front.
-        tf.config.experimental.set_memory_growth(gpu, True)
-        tf.config.set_visible_devices(gpu, "GPU")
+        tf.config.experimental.set_memory_growth(gpus[index], True)
+        tf.config.set_visible_devices(gpus[index], "GPU")
         placed = "/GPU:0"
     else:
-        if device == "cpu":
+        if gpus:
             tf.config.set_visible_devices([], "GPU")
         placed = "/CPU:0"
 

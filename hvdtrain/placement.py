@@ -33,3 +33,23 @@ def cores_available() -> tuple[int, int]:
     total = os.cpu_count() or 1
     available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
     return available, total
+
+
+def choose_gpu(visible_gpus: int, local_rank: int, local_size: int,
+               device: str) -> tuple[int | None, str | None]:
+    """(index of the GPU this rank pins, or None for the CPU; a user error, or None).
+
+    One GPU per rank, chosen by LOCAL rank: ranks on one host get distinct GPUs whatever
+    their global ranks are.
+    """
+    if device == "cpu":
+        return None, None
+    if device == "gpu" and visible_gpus == 0:
+        return None, "run.device=gpu but TensorFlow sees no GPU here: use run.device=auto or cpu"
+    if visible_gpus == 0:
+        return None, None
+    if local_size > visible_gpus:
+        return None, (f"{local_size} ranks on this host but only {visible_gpus} GPUs visible: "
+                      f"launch at most {visible_gpus} ranks per host, or pass "
+                      f"--set run.device=cpu")
+    return local_rank, None

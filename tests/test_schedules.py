@@ -55,3 +55,14 @@ def test_launcher_rank_from_environment():
     assert placement.launcher_rank({"OMPI_COMM_WORLD_RANK": "3"}) == 3
     assert placement.launcher_rank({"HOROVOD_RANK": "1", "PMI_RANK": "5"}) == 1
     assert placement.launcher_rank({"SLURM_PROCID": "2"}) == 2
+
+
+def test_gpu_choice_is_by_local_rank():
+    assert placement.choose_gpu(4, local_rank=2, local_size=4, device="auto") == (2, None)
+    assert placement.choose_gpu(8, local_rank=0, local_size=2, device="gpu") == (0, None)
+    assert placement.choose_gpu(0, local_rank=1, local_size=2, device="auto") == (None, None)
+    assert placement.choose_gpu(4, local_rank=1, local_size=2, device="cpu") == (None, None)
+    index, problem = placement.choose_gpu(2, local_rank=3, local_size=4, device="auto")
+    assert index is None and "4 ranks on this host but only 2 GPUs" in problem
+    index, problem = placement.choose_gpu(0, local_rank=0, local_size=1, device="gpu")
+    assert index is None and "sees no GPU" in problem
