@@ -42,7 +42,8 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     threads. Must run before TensorFlow executes its first op."""
     # Horovod: one process per device; init() joins the ring built by horovodrun/mpirun.
     hvd.init()
-    rank, size = hvd.rank(), hvd.size()
+    rank, size = hvd.rank(), hvd.size()  # Horovod: this process's place in the job
+    # Horovod: the place among the ranks of this host, which decides the GPU.
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -64,6 +65,7 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     tf.config.threading.set_intra_op_parallelism_threads(intra)
     tf.config.threading.set_inter_op_parallelism_threads(inter)
 
+    # Horovod: which controller the launcher chose (mpirun: MPI; horovodrun --gloo: Gloo).
     controller = "mpi" if hvd.mpi_enabled() and not hvd.gloo_enabled() else "gloo"
     world = World(rank, size, local_rank, local_size, controller, placed, intra, inter)
     agree_or_fail(problem, world)

@@ -132,6 +132,7 @@ class Trainer:
         dataset, model, optimizer, checkpoint = self._build()
         run_dir = Path(self._on_chief(self._default_run_dir))
         start_epoch, restored = self._on_chief(lambda: self._open_run_dir(run_dir, checkpoint))
+        # Horovod: every rank starts from rank 0's weights and optimizer state (fresh or restored).
         dist.broadcast_variables(model.variables + list(optimizer.variables()))
         return Prepared(dataset, model, optimizer, checkpoint, run_dir, start_epoch, restored)
 
@@ -146,7 +147,7 @@ class Trainer:
             checkpoints.restore(checkpoint, found[1])
             return found[0]
         epoch = self._on_chief(restore_latest)
-        dist.broadcast_variables(model.variables)
+        dist.broadcast_variables(model.variables)  # Horovod: rank 0 restored; all score it
         return {"epoch": epoch, **self.evaluate(model, dataset)}
 
     def _build(self) -> tuple[data.DataSet, tf.keras.Model, tf.keras.optimizers.Optimizer,
@@ -160,7 +161,7 @@ class Trainer:
             model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
         except UserError as e:
             problem = str(e)
-        dist.agree_or_fail(problem, world)
+        dist.agree_or_fail(problem, world)  # Horovod: all ranks stop together, or none does
 
         optimizer = self._optimizer()
         model.compile(optimizer=optimizer,
@@ -180,8 +181,8 @@ class Trainer:
                 result = work()
             except UserError as e:
                 problem = str(e)
-        dist.agree_or_fail(problem, self.world)
-        return dist.broadcast_object(result)
+        dist.agree_or_fail(problem, self.world)  # Horovod: rank 0's error stops every rank
+        return dist.broadcast_object(result)  # Horovod: rank 0's answer reaches every rank
 
     def _optimizer(self) -> tf.keras.optimizers.Optimizer:
         o = self.config.optim
@@ -189,7 +190,7 @@ class Trainer:
             base = tf.keras.optimizers.SGD(learning_rate=o.lr, momentum=o.momentum)
         else:
             base = tf.keras.optimizers.Adam(learning_rate=o.lr)
-        return dist.distributed_optimizer(base)
+        return dist.distributed_optimizer(base)  # Horovod: all-reduce gradients each step
 
     def _default_run_dir(self) -> str:
         if self.config.run.run_dir:
@@ -244,7 +245,7 @@ class Trainer:
                                   batch_size=self.config.train.batch_size)
         for x, y in shard:
             sums += self._eval_step(x, y).numpy()
-        loss_sum, correct, count = dist.allreduce_sum(sums)
+        loss_sum, correct, count = dist.allreduce_sum(sums)  # Horovod: totals over all ranks
         return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count,
                 "eval_samples": int(count)}
 

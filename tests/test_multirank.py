@@ -104,6 +104,15 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     predicted = np.argmax(model.predict(evaluation.x, verbose=0), axis=1)
     assert np.mean(predicted == evaluation.y) == pytest.approx(summary["final_eval_accuracy"])
 
+    # `hvdtrain eval` scores the latest checkpoint (epoch 5, the final weights) the same way.
+    scored = launch(launcher, 2, hvdtrain("eval", "--run-dir", str(run_dir)))
+    assert_ok(scored, "hvdtrain eval")
+    lines = [line for line in scored.output.splitlines() if '"eval_accuracy"' in line]
+    assert len(lines) == 1, scored.output  # rank 0 alone
+    result = json.loads(lines[0][lines[0].index("{"):])
+    assert result["epoch"] == 5 and result["eval_samples"] == 360
+    assert result["eval_accuracy"] == pytest.approx(summary["final_eval_accuracy"])
+
 
 def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(tmp_path):
     common = ["--preset", "digits-mlp", "--set", "run.tensorboard=false"]
