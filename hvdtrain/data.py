@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,7 +116,11 @@ def _read_npz(path: str) -> Arrays:
     if not os.path.exists(path):
         raise UserError(f"data file {path} does not exist: check data.path / data.eval_path")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise UserError(f"{path} is a single .npy array, not an .npz archive: save it with "
+                            f"np.savez(path, x=inputs, y=labels)")
+        with loaded as npz:
             missing = [k for k in ("x", "y") if k not in npz.files]
             if missing:
                 raise UserError(f"{path} has no array {' or '.join(missing)} (it holds "
@@ -206,8 +211,10 @@ def _scan_records(spec: str, image_shape: tuple[int, ...], num_classes: int) -> 
         try:
             lengths, labels = _gather(stats)
         except tf.errors.DataLossError as e:
-            raise UserError(f"{path} is not a valid TFRecord file (truncated or corrupted: "
-                            f"{e.message.splitlines()[0]})") from None
+            where = re.search(r"(truncated|corrupted) record at \d+", e.message)
+            raise UserError(f"{path} is not a valid TFRecord file"
+                            f" ({where.group(0) if where else 'truncated or corrupted'}): "
+                            f"rewrite it, or leave it out of the data path") from None
         except tf.errors.InvalidArgumentError:
             raise UserError(f"{path}: records must hold 'image_raw' (bytes) and 'label' "
                             f"(int64) features") from None

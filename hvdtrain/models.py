@@ -108,7 +108,7 @@ def resolve(name: str) -> Builder:
     module_name, _, attr = name.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
+    except (ImportError, ValueError, TypeError) as e:  # missing, empty or relative name
         raise UserError(f"cannot import {module_name!r} for model {name!r} ({e}): is it on "
                         f"PYTHONPATH on every host?") from None
     fn = getattr(module, attr, None)
@@ -133,8 +133,12 @@ def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> t
     if not isinstance(model, tf.keras.Model):
         raise UserError(f"model {cfg.name} returned {type(model).__name__}, not a "
                         f"tf.keras.Model")
-    out = model.output_shape
-    if not (isinstance(out, tuple) and out[-1] == num_classes):
+    try:
+        out = model.output_shape
+    except (AttributeError, ValueError, RuntimeError):
+        raise UserError(f"model {cfg.name} has no known output shape: build it on "
+                        f"tf.keras.Input(input_shape) so that its shapes are defined") from None
+    if not (isinstance(out, tuple) and len(out) == 2 and out[-1] == num_classes):
         raise UserError(f"model {cfg.name} outputs shape {out}; it must output "
                         f"[batch, {num_classes}] logits (one per class)")
     return model
