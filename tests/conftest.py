@@ -47,10 +47,11 @@ def launch_command(launcher: str, np_: int, argv: list[str]) -> list[str]:
 
 
 def launch(launcher: str, np_: int, argv: list[str], *, cwd: Path | None = None,
-           timeout: float = 300) -> Launched:
+           timeout: float = 300, env: dict[str, str] | None = None) -> Launched:
     """Runs a job to completion and returns its exit status and combined output."""
     start = time.monotonic()
-    proc = subprocess.run(launch_command(launcher, np_, argv), cwd=cwd, env=launcher_env(),
+    proc = subprocess.run(launch_command(launcher, np_, argv), cwd=cwd,
+                          env={**launcher_env(), **(env or {})},
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     return Launched(proc.returncode, proc.stdout, time.monotonic() - start)

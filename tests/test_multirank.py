@@ -200,3 +200,30 @@ def test_bad_input_stops_every_rank_with_one_line(case, launcher, tmp_path):
         assert not re.search(r"^\[\d+\]<std(out|err)>:Traceback", job.output, re.M), job.output
     assert job.seconds < 60
     assert _snapshot(run_dir) == before
+
+
+RANK_ONE_FAILS = """
+import os
+import tensorflow as tf
+
+def build(input_shape, num_classes):
+    rank = os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    if rank == "1":  # e.g. a file or library missing on one host only
+        raise ValueError("this host lacks something")
+    inputs = tf.keras.Input(input_shape)
+    x = tf.keras.layers.Flatten()(inputs)
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes)(x))
+"""
+
+
+def test_an_error_on_one_rank_only_stops_every_rank(launcher, tmp_path):
+    # Without gathering every rank's verdict, rank 0 would wait forever in its first collective.
+    (tmp_path / "rank_one_fails.py").write_text(RANK_ONE_FAILS)
+    job = launch(launcher, 2, hvdtrain("train", "--model", "rank_one_fails:build",
+                                       "--run-dir", str(tmp_path / "run")),
+                 env={"PYTHONPATH": str(tmp_path)}, timeout=120)
+    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
+    assert len(errors) == 1, job.output
+    assert "this host lacks something (on rank 1)" in errors[0]
+    assert job.returncode != 0 and job.seconds < 60
+    assert not (tmp_path / "run").exists()  # nothing written
