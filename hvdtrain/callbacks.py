@@ -74,11 +74,36 @@ class Throughput(tf.keras.callbacks.Callback):
 
 
 class ProgressLine(tf.keras.callbacks.Callback):
-    """One line per epoch on rank 0: the numbers a person watches."""
+    """Rank 0's view: one line per epoch, and within a long epoch a line every ``every_seconds``
+    (step, rank 0's running loss, throughput of all ranks, time left in the epoch)."""
 
-    def __init__(self, epochs: int, stream=sys.stdout):
+    def __init__(self, epochs: int, *, steps_per_epoch: int, global_batch: int,
+                 every_seconds: float = 30.0, stream=sys.stdout,
+                 clock: Callable[[], float] = time.monotonic):
         super().__init__()
-        self.epochs, self.stream = epochs, stream
+        self.epochs, self.steps, self.global_batch = epochs, steps_per_epoch, global_batch
+        self.every_seconds, self.stream, self.clock = every_seconds, stream, clock
+        self._epoch = 0
+        self._last_line = self._first_step_end = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch = epoch
+        self._last_line = self.clock()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        now = self.clock()
+        if batch == 0:  # rates count from here: the first step also traces the graph
+            self._first_step_end = now
+        if (not self.every_seconds or batch == 0 or now == self._first_step_end
+                or now - self._last_line < self.every_seconds):
+            return
+        self._last_line = now
+        done = batch + 1
+        steps_per_s = (done - 1) / (now - self._first_step_end)
+        loss = (logs or {}).get("loss", float("nan"))
+        self._print(f"  epoch {self._epoch + 1}/{self.epochs} step {done}/{self.steps}  "
+                    f"loss {loss:.4f} (rank 0)  {steps_per_s * self.global_batch:,.0f} "
+                    f"samples/s  {(self.steps - done) / steps_per_s:.0f}s left")
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs or {}
@@ -92,7 +117,10 @@ class ProgressLine(tf.keras.callbacks.Callback):
         parts += [f"lr {logs.get('lr', float('nan')):.4g}",
                   f"{logs.get('samples_per_sec', 0):,.0f} samples/s",
                   f"{logs.get('epoch_seconds', 0):.1f}s"]
-        print("  ".join(parts), file=self.stream, flush=True)
+        self._print("  ".join(parts))
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
 
 
 class MetricsLog(tf.keras.callbacks.Callback):

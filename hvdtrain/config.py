@@ -132,6 +132,8 @@ class RunConfig:
                                   default=3)
     tensorboard: bool = _help("write TensorBoard logs to run_dir/tensorboard", default=True)
     export: bool = _help("save the trained model to run_dir/model (SavedModel)", default=True)
+    progress_every_s: float = _help("within an epoch, print a progress line every this many "
+                                    "seconds; 0: one line per epoch only", default=30.0)
 
     def __post_init__(self) -> None:
         _one_of("run.device", self.device, DEVICES)
@@ -139,6 +141,8 @@ class RunConfig:
             if getattr(self, name) < 0:
                 raise UserError(f"run.{name} must be >= 0, got {getattr(self, name)}")
         _positive("run.keep_checkpoints", self.keep_checkpoints)
+        if self.progress_every_s < 0:
+            raise UserError(f"run.progress_every_s must be >= 0, got {self.progress_every_s}")
 
 
 @dataclass(frozen=True)

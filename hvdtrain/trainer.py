@@ -69,7 +69,9 @@ class Trainer:
         # Every rank, in this order: average the epoch's metrics over ranks (a collective), then
         # the exact eval (a collective), then the numbers rank 0 reports.
         every_rank = [dist.metric_average_callback(), lr, evaluation, throughput]
-        chief_only = [callbacks.ProgressLine(cfg.train.epochs),
+        chief_only = [callbacks.ProgressLine(cfg.train.epochs, steps_per_epoch=steps,
+                                             global_batch=cfg.train.batch_size * world.size,
+                                             every_seconds=cfg.run.progress_every_s),
                       callbacks.MetricsLog(p.run_dir / "metrics.jsonl"),
                       callbacks.Checkpointer(p.checkpoint, p.run_dir, cfg.run.keep_checkpoints)]
         if cfg.run.tensorboard:
