@@ -38,7 +38,6 @@ class Trainer:
     def __init__(self, config: Config, world: dist.World, *, resume: bool = False):
         self.config, self.world, self.resume = config, world, resume
         self.model: tf.keras.Model | None = None   # the trained model, once train() returns
-        self._eval_step = None
 
     def say(self, message: str) -> None:
         if self.world.is_chief:
@@ -64,8 +63,8 @@ class Trainer:
             warmup_steps=round(cfg.optim.warmup_epochs * steps),
             total_steps=cfg.train.epochs * steps, decay=cfg.optim.decay)
         throughput = callbacks.Throughput(stream.samples_per_epoch * world.size)
-        evaluation = callbacks.ExactEvaluation(lambda: self.evaluate(p.model, p.dataset),
-                                               cfg.train.eval_every, cfg.train.epochs)
+        evaluate = self.evaluator(p.model, p.dataset)
+        evaluation = callbacks.ExactEvaluation(evaluate, cfg.train.eval_every, cfg.train.epochs)
         # Every rank, in this order: average the epoch's metrics over ranks (a collective), then
         # the exact eval (a collective), then the numbers rank 0 reports.
         every_rank = [dist.metric_average_callback(), lr, evaluation, throughput]
@@ -88,7 +87,7 @@ class Trainer:
         else:
             self.say(f"nothing to train: {p.run_dir} is at epoch {p.start_epoch} of "
                      f"{cfg.train.epochs}; raise train.epochs to train further")
-        final_eval = evaluation.latest or self.evaluate(p.model, p.dataset)
+        final_eval = evaluation.latest or evaluate()
 
         summary = {
             "hvdtrain_version": __version__,
@@ -150,7 +149,7 @@ class Trainer:
             return found[0]
         epoch = self._on_chief(restore_latest)
         dist.broadcast_variables(model.variables)  # Horovod: rank 0 restored; all score it
-        return {"epoch": epoch, **self.evaluate(model, dataset)}
+        return {"epoch": epoch, **self.evaluator(model, dataset)()}
 
     def _build(self) -> tuple[data.DataSet, tf.keras.Model, tf.keras.optimizers.Optimizer,
                               tf.train.Checkpoint]:
@@ -228,28 +227,31 @@ class Trainer:
         return start_epoch, restored
 
     # -----------------------------------------------------------------------------------------
-    def evaluate(self, model: tf.keras.Model, dataset: data.DataSet) -> dict:
-        """Loss and accuracy over the WHOLE eval set: each rank sums over its disjoint shard,
-        and the sums (not per-rank means) are added across ranks. Every rank must call it."""
-        if self._eval_step is None:
-            @tf.function
-            def eval_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-                logits = model(x, training=False)
-                losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits,
-                                                                         from_logits=True)
-                hits = tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y),
-                               tf.float64)
-                return tf.stack([tf.reduce_sum(tf.cast(losses, tf.float64)),
-                                 tf.reduce_sum(hits), tf.cast(tf.size(y), tf.float64)])
-            self._eval_step = eval_step
-        sums = np.zeros(3, np.float64)
+    def evaluator(self, model: tf.keras.Model, dataset: data.DataSet) -> Callable[[], dict]:
+        """A function giving loss and accuracy over the WHOLE eval set: each rank sums over its
+        disjoint shard, and the sums (not per-rank means) are added across ranks. Every rank
+        must call it. The shard and the step are built once and reused at every epoch."""
         shard = data.eval_dataset(dataset.eval, rank=self.world.rank, size=self.world.size,
                                   batch_size=self.config.train.batch_size)
-        for x, y in shard:
-            sums += self._eval_step(x, y).numpy()
-        loss_sum, correct, count = dist.allreduce_sum(sums)  # Horovod: totals over all ranks
-        return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count,
-                "eval_samples": int(count)}
+
+        @tf.function
+        def sums_of(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            logits = model(x, training=False)
+            losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            hits = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
+            return tf.stack([tf.reduce_sum(tf.cast(losses, tf.float64)),
+                             tf.reduce_sum(tf.cast(hits, tf.float64)),
+                             tf.cast(tf.size(y), tf.float64)])
+
+        def evaluate() -> dict:
+            sums = np.zeros(3, np.float64)
+            for x, y in shard:
+                sums += sums_of(x, y).numpy()
+            # Horovod: totals over all ranks.
+            loss_sum, correct, count = dist.allreduce_sum(sums)
+            return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count,
+                    "eval_samples": int(count)}
+        return evaluate
 
     # -----------------------------------------------------------------------------------------
     def _banner(self, p: Prepared, steps: int, peak_lr: float) -> None:

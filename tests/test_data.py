@@ -311,11 +311,15 @@ def test_tfrecord_truncated_file_is_a_user_error(tmp_path):
         assert "{{" not in str(info.value) and "Op:" not in str(info.value)  # no TF internals
 
 
-def test_tfrecord_garbage_file_is_a_user_error(tmp_path):
-    path = tmp_path / "g.tfrecord"
-    path.write_bytes(b"definitely not a tfrecord file" * 10)
+@pytest.mark.parametrize("content, fragment", [
+    (b"definitely not a tfrecord file" * 10, "not a valid TFRecord file"),
+    (b"", "holds no records"),
+])
+def test_tfrecord_garbage_or_empty_file_is_a_user_error(tmp_path, content, fragment):
+    path = tmp_path / "bad.tfrecord"
+    path.write_bytes(content)
     ev = write_records(tmp_path / "eval.tfrecord", range(2))
-    with pytest.raises(UserError, match="not a valid TFRecord file"):
+    with pytest.raises(UserError, match=fragment):
         data.load(_tfr_cfg(path, ev), seed=0)
 
 
@@ -356,14 +360,6 @@ def test_tfrecord_wrong_features_are_a_user_error(tmp_path):
             .SerializeToString())
     ev = write_records(tmp_path / "eval.tfrecord", range(2))
     with pytest.raises(UserError, match="'image_raw'.*'label'"):
-        data.load(_tfr_cfg(path, ev), seed=0)
-
-
-def test_tfrecord_empty_file_is_a_user_error(tmp_path):
-    path = tmp_path / "empty.tfrecord"
-    path.write_bytes(b"")
-    ev = write_records(tmp_path / "eval.tfrecord", range(2))
-    with pytest.raises(UserError, match="holds no records"):
         data.load(_tfr_cfg(path, ev), seed=0)
 
 
