@@ -94,7 +94,7 @@ class ProgressLine(tf.keras.callbacks.Callback):
         now = self.clock()
         if batch == 0:  # rates count from here: the first step also traces the graph
             self._first_step_end = now
-        if (not self.every_seconds or batch == 0 or now == self._first_step_end
+        if (not self.every_seconds or now == self._first_step_end
                 or now - self._last_line < self.every_seconds):
             return
         self._last_line = now

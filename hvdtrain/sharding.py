@@ -58,12 +58,9 @@ def epoch_orders(num_samples: int, rank: int, size: int, first_epoch: int, epoch
                  seed: int, shuffle: bool) -> np.ndarray:
     """``epoch_order`` for epochs first_epoch .. epochs-1, stacked: shape [epochs-first, shard]
     (no rows when a resumed run has no epoch left)."""
-    check_enough_samples(num_samples, size)
     rows = [epoch_order(num_samples, rank, size, e, seed, shuffle)
             for e in range(first_epoch, epochs)]
-    if not rows:
-        return np.empty((0, padded_shard_size(num_samples, size)), dtype=np.int64)
-    return np.stack(rows)
+    return np.array(rows, dtype=np.int64).reshape(len(rows), padded_shard_size(num_samples, size))
 
 
 def shard_files(files: list[str], rank: int, size: int) -> list[str] | None:
