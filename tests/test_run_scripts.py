@@ -1,0 +1,159 @@
+"""The launch scripts: usage, input checks before anything launches, and the commands they build
+(--dry-run). Real launches through them: test_multihost.py, `make demo`, the elastic tests."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import launcher_env
+
+SCRIPTS = Path(__file__).parent.parent / "run_scripts"
+ALL = ["local.sh", "mpirun_hostfile.sh", "slurm.sbatch", "elastic.sh"]
+
+
+def script(name: str, *args: str, env: dict[str, str] | None = None,
+           ) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCRIPTS / name), *args], capture_output=True, text=True,
+                          timeout=60, env={**launcher_env(), **(env or {})},
+                          stdin=subprocess.DEVNULL)
+
+
+def assert_refused(done: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit 2 with one error line naming the problem, and nothing launched."""
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("run_scripts/") and ": error: " in lines[-1], done.stderr
+    for word in words:
+        assert word in lines[-1], done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_help(name):
+    done = script(name, "--help")
+    assert done.returncode == 0 and done.stdout.startswith("usage: "), done
+    assert f"run_scripts/{name}" in done.stdout
+
+
+@pytest.fixture
+def hostfile(tmp_path):
+    def write(text: str) -> str:
+        path = tmp_path / "hosts"
+        path.write_text(text)
+        return str(path)
+    return write
+
+
+@pytest.mark.parametrize("text, ranks, words", [
+    (None, [], ["does not exist"]),
+    ("", [], ["names no host"]),
+    ("# only a comment\n", [], ["names no host"]),
+    ("nodeA slots=two\n", [], ["line 1", "positive integer", "'two'"]),
+    ("nodeA slots=2\nnodeB 4\n", [], ["line 2", "HOST slots=N"]),
+    ("nodeA:0\n", [], ["line 1", "positive integer"]),
+    ("nodeA slots=2\nnodeB:1\n", ["-n", "4"], ["4 ranks", "only 3 slots"]),
+    ("nodeA slots=2\n", ["-n", "x"], ["positive integer", "'x'"]),
+    ("nodeA slots=2\n", ["-b", "everything"], ["--bind", "'everything'"]),
+    ("nodeA slots=2\n", ["--frobnicate"], ["unknown option --frobnicate"]),
+])
+def test_mpirun_hostfile_refuses_bad_input(hostfile, tmp_path, text, ranks, words):
+    path = hostfile(text) if text is not None else str(tmp_path / "missing")
+    assert_refused(script("mpirun_hostfile.sh", "-f", path, *ranks), *words)
+
+
+def test_mpirun_hostfile_needs_a_hostfile():
+    assert_refused(script("mpirun_hostfile.sh", "--", "--epochs", "1"), "hostfile is required")
+
+
+def test_mpirun_hostfile_builds_the_command(hostfile):
+    path = hostfile("# cluster\nnodeA slots=2 max_slots=4\n\nnodeB:2  # horovodrun form\n")
+    done = script("mpirun_hostfile.sh", "-f", path, "-i", "ens5", "-x", "MY_SETTING",
+                  "--dry-run", "--", "--preset", "digits", "--epochs", "3",
+                  env={"MY_SETTING": "1", "HOROVOD_CYCLE_TIME": "1"})
+    assert done.returncode == 0, done
+    words = done.stdout.split()
+    assert words[:3] == ["mpirun", "-np", "4"]       # all slots: 2 + 2
+    assert words[words.index("--hostfile") + 1] == path
+    assert words[words.index("--bind-to") + 1] == "none"
+    exported = {words[i + 1] for i, w in enumerate(words) if w == "-x"}
+    assert {"PATH", "MY_SETTING", "HOROVOD_CYCLE_TIME"} <= exported
+    assert "btl_tcp_if_include ens5" in done.stdout and "oob_tcp_if_include ens5" in done.stdout
+    assert done.stdout.split("hvdtrain train", 1)[1].split() == ["--preset", "digits",
+                                                                  "--epochs", "3"]
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], ["give the number of ranks"]),
+    (["two"], ["positive integer", "'two'"]),
+    (["0"], ["positive integer"]),
+])
+def test_local_refuses_bad_input(args, words):
+    assert_refused(script("local.sh", *args), *words)
+
+
+def test_slurm_refuses_to_run_outside_an_allocation():
+    env = {k: "" for k in os.environ if k.startswith("SLURM_")}
+    assert_refused(script("slurm.sbatch", env=env), "not inside a SLURM allocation")
+
+
+@pytest.mark.parametrize("launcher, first", [("srun", ["srun", "--mpi=pmix"]),
+                                             ("mpirun", ["mpirun", "-np", "8"])])
+def test_slurm_builds_the_command(launcher, first):
+    env = {"SLURM_JOB_ID": "42", "SLURM_NTASKS": "8", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_JOB_NODELIST": "gpu[01-02]", "LAUNCHER": launcher}
+    done = script("slurm.sbatch", "--dry-run", "--epochs", "3", env=env)
+    assert done.returncode == 0, done
+    banner, command = done.stdout.strip().splitlines()
+    assert "8 tasks on 2 nodes (gpu[01-02])" in banner
+    assert command.split()[:len(first)] == first
+    assert command.split()[-4:] == ["hvdtrain", "train", "--epochs", "3"]
+
+
+def test_slurm_refuses_an_unknown_launcher():
+    env = {"SLURM_JOB_ID": "42", "SLURM_NTASKS": "8", "LAUNCHER": "pdsh"}
+    assert_refused(script("slurm.sbatch", "--dry-run", env=env), "srun or mpirun", "'pdsh'")
+
+
+@pytest.fixture
+def discovery(tmp_path):
+    def write(body: str, executable: bool = True) -> str:
+        path = tmp_path / "discover.sh"
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755 if executable else 0o644)
+        return str(path)
+    return write
+
+
+def test_elastic_builds_the_command(discovery):
+    found = discovery("echo localhost:2; echo otherhost:1")
+    done = script("elastic.sh", "--min-np", "2", "--max-np", "3", "-d", found, "--dry-run",
+                  "--", "--preset", "digits-mlp")
+    assert done.returncode == 0, done
+    assert done.stdout.split() == [
+        "horovodrun", "-np", "2", "--min-np", "2", "--max-np", "3",
+        "--host-discovery-script", found, "hvdtrain", "train", "--elastic",
+        "--preset", "digits-mlp"]
+
+
+@pytest.mark.parametrize("args, body, words", [
+    (["--max-np", "3"], "echo localhost:3", ["--min-np", "positive integer"]),
+    (["--min-np", "3", "--max-np", "2"], "echo localhost:3", ["larger than --max-np"]),
+    (["--min-np", "1", "--max-np", "2", "-n", "3"], "echo localhost:3", ["outside 1..2"]),
+    (["--min-np", "2", "--max-np", "3"], "echo localhost:1", ["lists 1 slots", "2 ranks"]),
+    (["--min-np", "2", "--max-np", "3"], "echo 'localhost slots'", ["output of", "line 1"]),
+    (["--min-np", "2", "--max-np", "3"], "true", ["names no host"]),
+    (["--min-np", "2", "--max-np", "3"], "exit 3", ["failed"]),
+])
+def test_elastic_refuses_bad_input(discovery, args, body, words):
+    assert_refused(script("elastic.sh", *args, "-d", discovery(body)), *words)
+
+
+def test_elastic_refuses_a_missing_or_non_executable_discovery_script(discovery, tmp_path):
+    assert_refused(script("elastic.sh", "--min-np", "1", "--max-np", "2"), "required")
+    assert_refused(script("elastic.sh", "--min-np", "1", "--max-np", "2", "-d",
+                          str(tmp_path / "nope")), "does not exist")
+    assert_refused(script("elastic.sh", "--min-np", "1", "--max-np", "2", "-d",
+                          discovery("echo localhost:2", executable=False)), "not executable")
