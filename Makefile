@@ -21,7 +21,8 @@ demo: install
 	run_scripts/local.sh $(NP) --preset digits
 
 # The whole suite: unit tests, then real multi-rank runs under horovodrun (Gloo) and mpirun.
-test: install
+test:
+	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh --with-test-tools
 	$(PY) -m pytest
 
 # Only the tests that need no launcher (seconds).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what hvdtrain needs, and only what is missing: Open MPI (apt), a project virtualenv,
 # the pinned stack (see STACK.md in the shared notes) and hvdtrain itself. Safe to run again:
-# a second run checks and skips in a few seconds.
+# a second run checks and skips in a few seconds. `--with-test-tools` adds what the tests need.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,6 +28,19 @@ if ! command -v mpirun >/dev/null || ! command -v mpicxx >/dev/null; then
 fi
 # Horovod's Gloo build needs CMake 3.x; CMake 4 refuses Gloo's old cmake_minimum_required.
 command -v cmake >/dev/null || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
+
+# 1b. `make test` only: the multi-host tests make network namespaces (iproute2) with an SSH
+# server in each (openssh-server). Without root they skip, saying why.
+if [ "${1:-}" = "--with-test-tools" ] && { ! command -v ip >/dev/null || [ ! -x /usr/sbin/sshd ]; }; then
+    if [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null; then
+        say "installing iproute2 and openssh-server for the multi-host tests (apt)"
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            iproute2 openssh-server openssh-client >/dev/null
+    else
+        say "no root: the multi-host tests will skip (they need iproute2, openssh-server, root)"
+    fi
+fi
 
 # 2. The virtualenv, on a Python that TensorFlow 2.15 supports (3.9 to 3.11).
 if [ ! -x "$PY" ]; then

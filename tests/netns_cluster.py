@@ -1,0 +1,182 @@
+"""A throw-away cluster of "hosts" on this machine: network namespaces joined by a bridge, each
+with its own address, host name and SSH server, for real multi-host launches in tests.
+
+    with NetnsCluster(hosts=2, workdir=tmp_path) as cluster:
+        cluster.run(["horovodrun", "-H", "host1:1,host2:1", ...], env=cluster.env(os.environ))
+
+Each host also has its own UTS namespace (``hostname`` says host1, host2, ...) and sees a hosts
+file naming every host's address, as on a real cluster. Gloo needs that: Horovod 0.28.1 builds
+its process-set contexts from the host name, not from --network-interface, so a host name that
+resolves to 127.0.0.1 (as this machine's does) breaks any multi-host Gloo job.
+
+Everything lives inside namespaces the cluster creates: the bridge sits in a namespace of its own,
+the hosts' links are veth pairs into it, and commands (launchers included) run inside the first
+host, so no packet ever targets an address outside them or loopback. Leaving the ``with`` block
+kills every process in the namespaces and deletes them, also when the test failed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+SUBNET = "10.213.47"          # a /24 private range for the namespaces' own addresses
+INTERFACE = "hvd0"            # the name of each host's link, the same in every namespace
+SSHD = "/usr/sbin/sshd"
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot host the cluster, or None when it can."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in ("ip", "ssh", "ssh-keygen"):
+        if not shutil.which(tool):
+            return f"'{tool}' is not installed"
+    if not os.access(SSHD, os.X_OK):
+        return f"{SSHD} is missing (apt-get install openssh-server; 'make test' does it as root)"
+    probe = f"hvdtprobe{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"cannot create a network namespace here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def _sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+
+
+class NetnsCluster:
+    def __init__(self, hosts: int, workdir: Path):
+        assert 2 <= hosts <= 9
+        tag = f"{os.getpid() % 100000}"
+        self.hosts = hosts
+        self.workdir = Path(workdir)
+        self.namespaces = [f"hvdt{tag}h{i}" for i in range(1, hosts + 1)]
+        self.switch = f"hvdt{tag}sw"
+        self.addresses = [f"{SUBNET}.{10 + i}" for i in range(1, hosts + 1)]
+        self.names = [f"host{i}" for i in range(1, hosts + 1)]
+        self.interface = INTERFACE
+        self._tag = tag
+        self.ssh_dir = self.workdir / "ssh"
+        self.bin_dir = self.workdir / "bin"   # holds the `ssh` that launchers will find first
+        self.hosts_file = self.workdir / "hosts"
+
+    # ------------------------------------------------------------------------------------------
+    def __enter__(self) -> "NetnsCluster":
+        try:
+            self._make_network()
+            self._start_ssh_servers()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _make_network(self) -> None:
+        _sh("ip", "netns", "add", self.switch)
+        _sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _sh("ip", "-n", self.switch, "link", "set", "br0", "up")
+        for i, (ns, address) in enumerate(zip(self.namespaces, self.addresses), start=1):
+            _sh("ip", "netns", "add", ns)
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            # The veth pair is born in this namespace for an instant; both ends move at once.
+            host_end, switch_end = f"hv{self._tag}a{i}", f"hv{self._tag}b{i}"
+            _sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", switch_end)
+            _sh("ip", "link", "set", host_end, "netns", ns)
+            _sh("ip", "link", "set", switch_end, "netns", self.switch)
+            _sh("ip", "-n", ns, "link", "set", host_end, "name", self.interface)
+            _sh("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", self.interface)
+            _sh("ip", "-n", ns, "link", "set", self.interface, "up")
+            _sh("ip", "-n", self.switch, "link", "set", switch_end, "master", "br0")
+            _sh("ip", "-n", self.switch, "link", "set", switch_end, "up")
+
+    def _inside(self, host: int) -> list[str]:
+        """The command prefix that runs a program on host ``host``: its network namespace, a
+        UTS namespace of its own named hostN, and the cluster's hosts file on /etc/hosts."""
+        return ["ip", "netns", "exec", self.namespaces[host], "unshare", "--uts", "--mount",
+                "sh", "-c", 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"',
+                self.names[host], str(self.hosts_file)]
+
+    def _start_ssh_servers(self) -> None:
+        self.hosts_file.write_text("127.0.0.1 localhost\n" + "".join(
+            f"{address} {name}\n" for address, name in zip(self.addresses, self.names)))
+        self.ssh_dir.mkdir(parents=True)
+        self.bin_dir.mkdir(parents=True)
+        Path("/run/sshd").mkdir(exist_ok=True)   # sshd's privilege-separation directory
+        host_key, client_key = self.ssh_dir / "host_key", self.ssh_dir / "client_key"
+        for key in (host_key, client_key):
+            _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+        shutil.copy(f"{client_key}.pub", self.ssh_dir / "authorized_keys")
+        client_config = self.ssh_dir / "ssh_config"
+        client_config.write_text(textwrap.dedent(f"""\
+            Host *
+              IdentityFile {client_key}
+              IdentitiesOnly yes
+              UserKnownHostsFile /dev/null
+              StrictHostKeyChecking no
+              LogLevel ERROR
+              BatchMode yes
+              ConnectTimeout 10
+            """))
+        wrapper = self.bin_dir / "ssh"
+        wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {client_config} "$@"\n')
+        wrapper.chmod(0o755)
+        for host, (ns, address) in enumerate(zip(self.namespaces, self.addresses)):
+            config = self.ssh_dir / f"sshd_{ns}"
+            config.write_text(textwrap.dedent(f"""\
+                ListenAddress {address}
+                HostKey {host_key}
+                AuthorizedKeysFile {self.ssh_dir}/authorized_keys
+                PidFile {self.ssh_dir}/sshd_{ns}.pid
+                PermitRootLogin prohibit-password
+                PasswordAuthentication no
+                StrictModes no
+                UsePAM no
+                AcceptEnv *
+                """))
+            _sh(*self._inside(host), SSHD, "-f", str(config), "-E",
+                str(self.ssh_dir / f"sshd_{ns}.log"))
+        # Ready when every host answers over SSH from the first host.
+        deadline = time.monotonic() + 20
+        for name in self.names:
+            while True:
+                probe = self.run([str(wrapper), name, "true"], timeout=15, check=False)
+                if probe.returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd on {name} did not answer: {probe.stdout}")
+                time.sleep(0.2)
+
+    # ------------------------------------------------------------------------------------------
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        """``base`` with this cluster's ``ssh`` first on PATH (launchers call plain ``ssh``)."""
+        return {**base, "PATH": f"{self.bin_dir}{os.pathsep}{base.get('PATH', '')}"}
+
+    def run(self, argv: list[str], *, host: int = 0, env: dict[str, str] | None = None,
+            timeout: float = 300, check: bool = True, cwd: Path | None = None,
+            ) -> subprocess.CompletedProcess:
+        """Runs ``argv`` on host ``host`` (by default the first: where launchers start)."""
+        proc = subprocess.run([*self._inside(host), *argv],
+                              env=env, cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{argv} failed ({proc.returncode}):\n{proc.stdout}")
+        return proc
+
+    def close(self) -> None:
+        """Kills whatever runs in the namespaces (sshd, stray ranks) and deletes them."""
+        for ns in [*self.namespaces, self.switch]:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+            for pid in pids.stdout.split():
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -1,0 +1,87 @@
+"""Real multi-host runs on one machine: each rank in its own network namespace ("host") with its
+own address, host name and SSH server, launched by horovodrun -H (Gloo) and by mpirun with a
+hostfile through run_scripts/mpirun_hostfile.sh (MPI), and compared with the same job on one host.
+
+Skipped, with the reason, where namespaces cannot be made (not root, no iproute2 or sshd).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, TESTS, hvdtrain, launch, launcher_env
+from netns_cluster import NetnsCluster, unavailable_reason
+
+pytestmark = pytest.mark.multirank
+
+ROOT = TESTS.parent
+# Small and deterministic: the multi-host result must equal the one-host result.
+TRAIN_ARGS = ["--preset", "digits-mlp", "--epochs", "3",
+              "--set", "run.export=false", "--set", "run.tensorboard=false"]
+COMPARED = ["final_train_loss", "final_train_accuracy", "final_eval_loss",
+            "final_eval_accuracy", "eval_samples", "steps_per_epoch", "world_size"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no multi-host cluster on this machine: {reason}")
+    with NetnsCluster(hosts=3, workdir=tmp_path_factory.mktemp("cluster")) as made:
+        yield made
+
+
+def run_on_cluster(cluster: NetnsCluster, tmp_path: Path, launcher_argv: list[str],
+                   ) -> tuple[dict, dict[int, tuple[str, str]]]:
+    """Runs a launcher on host1; returns rank 0's summary.json and each rank's (host, address)."""
+    report = tmp_path / "report"
+    report.mkdir()
+    env = cluster.env({**launcher_env(), "REPORT_DIR": str(report),
+                       "REPORT_IFACE": cluster.interface})
+    done = cluster.run(launcher_argv, env=env, check=False, cwd=tmp_path, timeout=400)
+    assert done.returncode == 0, done.stdout[-4000:]
+    hosts = {int(f.stem.removeprefix("rank")): tuple(f.read_text().split())
+             for f in report.glob("rank*.host")}
+    return json.loads((tmp_path / "multi" / "summary.json").read_text()), hosts
+
+
+def one_host_summary(launcher: str, ranks: int, tmp_path: Path) -> dict:
+    run_dir = tmp_path / "single"
+    done = launch(launcher, ranks, hvdtrain("train", *TRAIN_ARGS, "--run-dir", str(run_dir)))
+    assert done.returncode == 0, done.output[-4000:]
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def assert_same_training(multi: dict, single: dict) -> None:
+    for key in COMPARED:
+        assert multi[key] == pytest.approx(single[key], rel=1e-6, abs=1e-9), key
+
+
+def test_horovodrun_gloo_across_three_hosts_equals_one_host(cluster, tmp_path):
+    hosts = ",".join(f"{name}:1" for name in cluster.names)
+    multi, where = run_on_cluster(cluster, tmp_path, [
+        str(BIN / "horovodrun"), "-np", "3", "-H", hosts, "--gloo",
+        "--network-interface", cluster.interface, str(TESTS / "report_host.sh"),
+        *hvdtrain("train", *TRAIN_ARGS, "--run-dir", str(tmp_path / "multi"))])
+    # Each rank ran on its own host: rank r on host r+1, at that namespace's address.
+    assert where == {r: (name, address) for r, (name, address)
+                     in enumerate(zip(cluster.names, cluster.addresses))}
+    assert multi["controller"] == "gloo" and multi["world_size"] == 3
+    assert multi["final_eval_accuracy"] >= 0.85  # it learned (3 epochs, global batch 96)
+    assert_same_training(multi, one_host_summary("gloo", 3, tmp_path))
+
+
+def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# two hosts, one slot each\nhost1 slots=1\nhost2 slots=1\n")
+    multi, where = run_on_cluster(cluster, tmp_path, [
+        str(ROOT / "run_scripts" / "mpirun_hostfile.sh"), "-f", str(hostfile),
+        "-i", cluster.interface, "-x", "REPORT_DIR", "-x", "REPORT_IFACE",
+        "-p", f"{TESTS / 'report_host.sh'} {BIN / 'hvdtrain'} train",
+        "--", *TRAIN_ARGS, "--run-dir", str(tmp_path / "multi")])
+    assert where == {0: (cluster.names[0], cluster.addresses[0]),
+                     1: (cluster.names[1], cluster.addresses[1])}
+    assert multi["controller"] == "mpi" and multi["world_size"] == 2
+    assert_same_training(multi, one_host_summary("mpi", 2, tmp_path))
