@@ -17,6 +17,7 @@ kills every process in the namespaces and deletes them, also when the test faile
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import textwrap
@@ -45,6 +46,25 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def _delete_namespace(ns: str) -> None:
+    """Kills whatever runs in ``ns`` (sshd, stray ranks), then deletes it and its links."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    for pid in pids.stdout.split():
+        try:
+            os.kill(int(pid), 9)
+        except (ProcessLookupError, ValueError):
+            pass
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def remove_stale() -> None:
+    """Deletes the namespaces of earlier test runs whose process is gone (killed mid-test)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for ns, pid in re.findall(r"^(hvdt(\d+)(?:h\d+|sw))\b", listed, flags=re.M):
+        if not Path(f"/proc/{pid}").exists():
+            _delete_namespace(ns)
+
+
 def _sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, text=True)
 
@@ -52,7 +72,7 @@ def _sh(*argv: str) -> None:
 class NetnsCluster:
     def __init__(self, hosts: int, workdir: Path):
         assert 2 <= hosts <= 9
-        tag = f"{os.getpid() % 100000}"
+        tag = str(os.getpid())   # in every name, so that remove_stale knows whose they are
         self.hosts = hosts
         self.workdir = Path(workdir)
         self.namespaces = [f"hvdt{tag}h{i}" for i in range(1, hosts + 1)]
@@ -171,12 +191,6 @@ class NetnsCluster:
         return proc
 
     def close(self) -> None:
-        """Kills whatever runs in the namespaces (sshd, stray ranks) and deletes them."""
+        """Kills whatever runs in the namespaces and deletes them."""
         for ns in [*self.namespaces, self.switch]:
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-            for pid in pids.stdout.split():
-                try:
-                    os.kill(int(pid), 9)
-                except (ProcessLookupError, ValueError):
-                    pass
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            _delete_namespace(ns)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, TESTS, hvdtrain, launch, launcher_env
-from netns_cluster import NetnsCluster, unavailable_reason
+from netns_cluster import NetnsCluster, remove_stale, unavailable_reason
 
 pytestmark = pytest.mark.multirank
 
@@ -29,6 +29,7 @@ def cluster(tmp_path_factory):
     reason = unavailable_reason()
     if reason:
         pytest.skip(f"no multi-host cluster on this machine: {reason}")
+    remove_stale()
     with NetnsCluster(hosts=3, workdir=tmp_path_factory.mktemp("cluster")) as made:
         yield made
 
