@@ -6,6 +6,8 @@ collectives can later sit beside the Keras 2 one kept here.
 """
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -40,6 +42,11 @@ class World:
 def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: int = 0) -> World:
     """Starts Horovod and places this rank: one GPU by local rank, or the CPU with its share of
     threads. Must run before TensorFlow executes its first op."""
+    # Horovod's Gloo would abort inside init() on a host whose name resolves to loopback: say so.
+    problem = placement.gloo_host_name_problem(os.environ, socket.gethostname(),
+                                               socket.gethostbyname)
+    if problem:
+        raise UserError(problem)
     # Horovod: one process per device; init() joins the ring built by horovodrun/mpirun.
     hvd.init()
     rank, size = hvd.rank(), hvd.size()  # Horovod: this process's place in the job

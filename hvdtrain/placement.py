@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import Callable, Mapping
 
 # Launchers set one of these before Python starts (horovodrun, Open MPI, MPICH/Intel MPI, PMIx,
 # SLURM's srun): enough to know a process's rank before hvd.init().
@@ -53,3 +53,27 @@ def choose_gpu(visible_gpus: int, local_rank: int, local_size: int,
                       f"launch at most {visible_gpus} ranks per host, or pass "
                       f"--set run.device=cpu")
     return local_rank, None
+
+
+def gloo_host_name_problem(environ: Mapping[str, str], host_name: str,
+                           resolve: Callable[[str], str]) -> str | None:
+    """Why a multi-host Gloo job would crash at start on this host, or None.
+
+    Horovod 0.28.1 builds its Gloo process-set contexts from the host name, ignoring
+    --network-interface: where the name resolves to loopback (Debian's "127.0.1.1 host"), the
+    other hosts are told to connect to 127.0.0.1 and the job aborts inside Horovod.
+    """
+    several_hosts = environ.get("HOROVOD_CROSS_SIZE", "1").isdigit() and \
+        int(environ.get("HOROVOD_CROSS_SIZE", "1")) > 1
+    if environ.get("HOROVOD_CONTROLLER") != "gloo" or not several_hosts:
+        return None
+    fix = ("make every host's name resolve to its address on the training network "
+           "(/etc/hosts or DNS); see README, Running on a cluster")
+    try:
+        address = resolve(host_name)
+    except OSError:
+        return f"this host's name '{host_name}' does not resolve, and Gloo needs it to: {fix}"
+    if address.startswith("127.") or address == "::1":
+        return (f"this host's name '{host_name}' resolves to {address}, so Gloo would tell the "
+                f"other hosts to connect to loopback: {fix}")
+    return None

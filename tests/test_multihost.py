@@ -86,3 +86,23 @@ def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path):
                      1: (cluster.names[1], cluster.addresses[1])}
     assert multi["controller"] == "mpi" and multi["world_size"] == 2
     assert_same_training(multi, one_host_summary("mpi", 2, tmp_path))
+
+
+def test_gloo_across_hosts_whose_names_resolve_to_loopback_fails_clearly(cluster, tmp_path):
+    """The trap of Debian's "127.0.1.1 hostname": one clear line per rank, not a Gloo abort."""
+    good = cluster.hosts_file.read_text()
+    cluster.hosts_file.write_text("127.0.0.1 localhost\n" + "".join(
+        f"127.0.1.1 {name}\n" for name in cluster.names))
+    try:
+        done = cluster.run([
+            str(BIN / "horovodrun"), "-np", "2", "-H",
+            f"{cluster.addresses[0]}:1,{cluster.addresses[1]}:1", "--gloo",
+            "--network-interface", cluster.interface,
+            *hvdtrain("train", *TRAIN_ARGS, "--run-dir", str(tmp_path / "run"))],
+            env=cluster.env(launcher_env()), check=False, cwd=tmp_path, timeout=120)
+    finally:
+        cluster.hosts_file.write_text(good)
+    assert done.returncode != 0
+    assert "hvdtrain: error: this host's name 'host1' resolves to 127.0.1.1" in done.stdout
+    assert "gloo::IoException" not in done.stdout
+    assert not (tmp_path / "run").exists()

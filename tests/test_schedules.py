@@ -66,3 +66,24 @@ def test_gpu_choice_is_by_local_rank():
     assert index is None and "4 ranks on this host but only 2 GPUs" in problem
     index, problem = placement.choose_gpu(0, local_rank=0, local_size=1, device="gpu")
     assert index is None and "sees no GPU" in problem
+
+
+def test_gloo_host_name_check():
+    def resolve(table):
+        def lookup(name):
+            if name not in table:
+                raise OSError("unknown host")
+            return table[name]
+        return lookup
+    across = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "2"}
+    fine = resolve({"node1": "10.0.0.5"})
+    loopback = resolve({"node1": "127.0.1.1"})
+    assert placement.gloo_host_name_problem(across, "node1", fine) is None
+    problem = placement.gloo_host_name_problem(across, "node1", loopback)
+    assert "'node1' resolves to 127.0.1.1" in problem and "/etc/hosts" in problem
+    assert "does not resolve" in placement.gloo_host_name_problem(across, "node2", fine)
+    # One host, or MPI: the host name is not used, so no complaint.
+    assert placement.gloo_host_name_problem({**across, "HOROVOD_CROSS_SIZE": "1"}, "node1",
+                                            loopback) is None
+    assert placement.gloo_host_name_problem({"HOROVOD_CROSS_SIZE": "2"}, "node1", loopback) is None
+    assert placement.gloo_host_name_problem({}, "node1", loopback) is None
