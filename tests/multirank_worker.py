@@ -21,11 +21,12 @@ def main() -> None:
     parser.add_argument("--perturb-nonroot", action="store_true",
                         help="give ranks other than 0 different initial weights, so that only "
                              "a working broadcast from rank 0 can make the ranks agree")
+    parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
     from hvdtrain import data, dist, models, presets, trainer
     cfg = presets.build_config(args.preset, None, args.assignments)
-    world = dist.init(device=cfg.run.device)
+    world = dist.init(device=cfg.run.device, options=cfg.horovod)
 
     if args.perturb_nonroot and world.rank != 0:
         original_build = models.build
@@ -37,7 +38,7 @@ def main() -> None:
             return model
         models.build = perturbed_build
 
-    job = trainer.Trainer(cfg, world)
+    job = trainer.Trainer(cfg, world, resume=args.resume)
     summary = job.train()
     args.out.mkdir(parents=True, exist_ok=True)
     np.savez(args.out / f"rank{world.rank}.npz", *[w.numpy() for w in job.model.weights])
