@@ -95,3 +95,23 @@ def test_fp16_compression_halves_the_bytes_and_stays_close(tmp_path):
     assert worst > 0  # the gradients really were rounded
     print(f"fp16: {fp16_bytes} vs {plain_bytes} gradient bytes all-reduced by rank 0, "
           f"largest weight difference {worst:.2e}")
+
+
+def test_k_backward_passes_of_batch_b_equal_one_step_of_batch_kb(tmp_path):
+    # Plain SGD, fixed lr, no shuffling. 2 ranks (mpirun) x k=2 passes x batch 8 accumulate the
+    # same 32 samples per update as one process (fit) with batch 32: the same updates.
+    plain_sgd = [*EXACT, "--set", "data.shuffle=false", "--set", "optim.momentum=0",
+                 "--set", "optim.lr_scaling=none", "--set", "optim.warmup_epochs=0",
+                 "--set", "optim.lr=0.1", "--set", "train.epochs=2"]
+    accumulated = train("mpi", 2, tmp_path / "k2", *plain_sgd, *CUSTOM,
+                        "--set", "horovod.backward_passes_per_step=2",
+                        "--set", "train.batch_size=8")
+    assert_same(accumulated[0], accumulated[1], atol=0)
+    (big_batch,) = train("single", 1, tmp_path / "b32", *plain_sgd, "--set",
+                         "train.batch_size=32")
+    print("k=2 x batch 8 x 2 ranks vs batch 32, largest weight difference:",
+          assert_same(accumulated[0], big_batch, atol=1e-5))
+    # Sharp: updating after every batch of 8 per rank (k=1) ends elsewhere.
+    every_batch = train("mpi", 2, tmp_path / "k1", *plain_sgd, *CUSTOM,
+                        "--set", "train.batch_size=8")
+    assert max(float(np.abs(x - y).max()) for x, y in zip(every_batch[0], big_batch)) > 1e-3
