@@ -115,3 +115,65 @@ def test_k_backward_passes_of_batch_b_equal_one_step_of_batch_kb(tmp_path):
     every_batch = train("mpi", 2, tmp_path / "k1", *plain_sgd, *CUSTOM,
                         "--set", "train.batch_size=8")
     assert max(float(np.abs(x - y).max()) for x, y in zip(every_batch[0], big_batch)) > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# Replays in this process, with plain TensorFlow: what the 2 ranks must have computed.
+
+PLAIN_SGD = ["optim.momentum=0", "optim.lr_scaling=none", "optim.warmup_epochs=0",
+             "optim.lr=0.1", "data.shuffle=false"]
+
+
+def initial_model(preset: str, assignments: list[str]):
+    """The config, the data and the model every rank starts from (as Trainer builds them)."""
+    import tensorflow as tf
+    from hvdtrain import data, models, presets
+    cfg = presets.build_config(preset, None, assignments)
+    dataset = data.load(cfg.data, cfg.train.seed)
+    tf.keras.utils.set_random_seed(cfg.train.seed)
+    tf.keras.mixed_precision.set_global_policy("float32")
+    return cfg, dataset, models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+
+
+def local_gradients(model, x, y) -> list[np.ndarray]:
+    import tensorflow as tf
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+            y, model(x, training=True), from_logits=True))
+    return [g.numpy().astype(np.float64) for g in tape.gradient(loss, model.trainable_variables)]
+
+
+def sgd_step(model, gradients: list[np.ndarray], lr: float) -> None:
+    for v, g in zip(model.trainable_variables, gradients):
+        v.assign(v.numpy() - lr * g.astype(np.float32))
+
+
+def adasum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Adasum of two ranks' gradients (Maleki et al., 2021), tensor by tensor: the parts along
+    each other's direction are counted once, orthogonal parts add."""
+    dot = float(np.vdot(a, b))
+    return (1 - dot / (2 * np.vdot(a, a))) * a + (1 - dot / (2 * np.vdot(b, b))) * b
+
+
+def test_adasum_on_the_custom_loop_is_adasum(tmp_path):
+    # mpirun (Horovod implements Adasum over MPI). One step: each rank's whole shard (133
+    # samples) in one batch; the replay combines the two ranks' gradients by Adasum.
+    settings = [*PLAIN_SGD, "train.epochs=1", "train.batch_size=200", "data.num_samples=333"]
+    args = [a for s in settings for a in ("--set", s)]
+    ranks = train("mpi", 2, tmp_path / "adasum", *args, *CUSTOM, "--set", "horovod.op=adasum",
+                  "--set", "run.tensorboard=false", "--set", "run.export=false")
+    assert_same(ranks[0], ranks[1], atol=0)
+
+    from hvdtrain import sharding
+    cfg, dataset, model = initial_model("synthetic-mlp", settings)
+    start = [w.copy() for w in model.get_weights()]
+    x, y = dataset.train.x, dataset.train.y
+    grads = [local_gradients(model, x[own], y[own])
+             for own in (sharding.shard_indices(len(y), r, 2) for r in range(2))]
+    sgd_step(model, [adasum(a, b) for a, b in zip(*grads)], cfg.optim.lr)
+    print("adasum vs replay, largest weight difference:",
+          assert_same(ranks[0], model.get_weights(), atol=1e-5))
+    # Sharp: the plain average of the two gradients gives another step.
+    model.set_weights(start)
+    sgd_step(model, [(a + b) / 2 for a, b in zip(*grads)], cfg.optim.lr)
+    assert max(float(np.abs(p - q).max()) for p, q in zip(ranks[0], model.get_weights())) > 1e-4
