@@ -134,7 +134,10 @@ def allreduce_gradients(gradients: Sequence[tf.Tensor], options: HorovodConfig) 
 def join() -> int:
     # Horovod: this rank has no batch left; it answers its peers' all-reduces with zeros until
     # every rank has joined. Returns the rank that joined last (it ran the most steps).
-    return int(hvd.join())
+    # Run as a graph: with horovod 0.28.1 and TF 2.15 an EAGER hvd.join() waits correctly only
+    # the first time; from the second call on it returns at once on the rank that joins first
+    # (measured), whose next all-reduce then meets the other rank's old one.
+    return int(tf.function(hvd.join)())
 
 
 def _compression(options: HorovodConfig) -> Any:

@@ -45,9 +45,10 @@ def main() -> None:
     if world.is_chief:
         # The eval accuracy recomputed here, by one process over the WHOLE eval set.
         dataset = data.load(cfg.data, cfg.train.seed)
-        x, y = dataset.eval.x, dataset.eval.y
-        predicted = np.argmax(job.model.predict(x, batch_size=256, verbose=0), axis=1)
-        summary["whole_eval_set_accuracy"] = float(np.mean(predicted == y))
+        if isinstance(dataset.eval, data.Arrays):
+            x, y = dataset.eval.x, dataset.eval.y
+            predicted = np.argmax(job.model.predict(x, batch_size=256, verbose=0), axis=1)
+            summary["whole_eval_set_accuracy"] = float(np.mean(predicted == y))
         (args.out / "summary.json").write_text(json.dumps(summary))
 
 

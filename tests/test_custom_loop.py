@@ -177,3 +177,49 @@ def test_adasum_on_the_custom_loop_is_adasum(tmp_path):
     model.set_weights(start)
     sgd_step(model, [(a + b) / 2 for a, b in zip(*grads)], cfg.optim.lr)
     assert max(float(np.abs(p - q).max()) for p, q in zip(ranks[0], model.get_weights())) > 1e-4
+
+
+def test_join_uneven_shards_finish_and_train_correctly(tmp_path):
+    # horovodrun --gloo. TFRecord files of 40, 8 and 40 records: rank 0 reads files 0 and 2
+    # (80 records, 10 batches of 8), rank 1 file 1 (8 records, 1 batch). Rank 1 joins after
+    # its batch and answers rank 0's all-reduces with zeros; then rank 0's state is broadcast.
+    from test_data import write_records, write_shards
+    write_shards(tmp_path / "train", [40, 8, 40])
+    write_records(tmp_path / "eval.tfrecord", range(200, 230))
+    settings = [*PLAIN_SGD, "data.source=tfrecord", f"data.path={tmp_path / 'train'}",
+                f"data.eval_path={tmp_path / 'eval.tfrecord'}", "data.image_shape=4,4,1",
+                "data.num_classes=3", "model.name=mlp", "model.width=16",
+                "train.batch_size=8", "train.epochs=2", "horovod.join_uneven=true",
+                "train.loop=custom"]
+    args = [a for s in settings for a in ("--set", s)]
+    job = launch("gloo", 2, worker(tmp_path / "out", *args,
+                                   "--set", f"run.run_dir={tmp_path / 'run'}"), timeout=240)
+    assert_ok(job, "uneven shards with join")
+    ranks = [weights(tmp_path / f"out/rank{r}.npz") for r in range(2)]
+    assert_same(ranks[0], ranks[1], atol=0)
+
+    # Replay: at each step the average over BOTH ranks, a joined rank counting as zeros.
+    from hvdtrain import data
+    cfg, dataset, model = initial_model("digits", settings)
+    start = model.get_weights()
+    streams = [data.train_dataset(dataset.train, rank=r, size=2, batch_size=8, first_epoch=0,
+                                  epochs=2, seed=cfg.train.seed, shuffle=False, pad=False)
+               for r in range(2)]
+    assert [s.steps_per_epoch for s in streams] == [10, 1]
+
+    def replay(divide_by_active_ranks: bool) -> list[np.ndarray]:
+        model.set_weights(start)
+        batches = [iter(s.dataset) for s in streams]
+        for _ in range(2):
+            for step in range(10):
+                grads = [local_gradients(model, *next(batches[rank]))
+                         for rank, stream in enumerate(streams) if step < stream.steps_per_epoch]
+                divisor = len(grads) if divide_by_active_ranks else 2
+                sgd_step(model, [sum(g) / divisor for g in zip(*grads)], cfg.optim.lr)
+        return model.get_weights()
+
+    print("join vs replay, largest weight difference:",
+          assert_same(ranks[0], replay(divide_by_active_ranks=False), atol=1e-5))
+    # Sharp: averaging over the ranks still running would end elsewhere.
+    other = replay(divide_by_active_ranks=True)
+    assert max(float(np.abs(p - q).max()) for p, q in zip(ranks[0], other)) > 1e-3
