@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -223,3 +224,29 @@ def test_join_uneven_shards_finish_and_train_correctly(tmp_path):
     # Sharp: averaging over the ranks still running would end elsewhere.
     other = replay(divide_by_active_ranks=True)
     assert max(float(np.abs(p - q).max()) for p, q in zip(ranks[0], other)) > 1e-3
+
+
+def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
+    # mpirun, the CLI end to end: --loop custom, --timeline, a cycle time from the config, and
+    # float16 compute whose loss scale sees the gradients after the all-reduce.
+    run_dir, timeline = tmp_path / "run", tmp_path / "timeline.json"
+    job = launch("mpi", 2, hvdtrain("train", "--preset", "digits", "--loop", "custom",
+                                    "--set", "train.precision=mixed_float16", "--epochs", "5",
+                                    "--set", "horovod.cycle_time_ms=2", "--timeline",
+                                    str(timeline), "--run-dir", str(run_dir)))
+    assert_ok(job, "mixed_float16 digits")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_eval_accuracy"] >= 0.95, summary   # the float32 bar
+    assert (summary["loop"], summary["precision"]) == ("custom", "mixed_float16")
+    # Rank 0 alone prints the settings in force, then one line per epoch.
+    assert job.output.count("  loop  custom, mixed_float16") == 1, job.output
+    assert f"horovod fusion 128 MB, cycle 2 ms, autotune off, timeline {timeline}" in job.output
+    assert re.findall(r"^epoch (\d)/5 +loss", job.output, re.M) == ["1", "2", "3", "4", "5"]
+    # The same outputs as fit writes.
+    epochs = [json.loads(l)["epoch"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3, 4, 5]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "epoch-0003", "epoch-0004", "epoch-0005"]
+    assert (run_dir / "model").is_dir()
+    count, _ = gradient_allreduces(timeline)  # Chrome trace JSON, written by rank 0
+    assert count == 8 * 23 * 5   # 8 gradient tensors (cnn: 4 layers) x 23 steps x 5 epochs
