@@ -56,9 +56,10 @@ def test_custom_loop_with_resume_ends_where_fit_ends(tmp_path):
     assert summary["final_eval_accuracy"] == pytest.approx(summary["whole_eval_set_accuracy"])
 
 
-def gradient_allreduces(timeline: Path) -> tuple[int, int]:
-    """From a Horovod timeline (Chrome trace JSON): the number of gradient all-reduces and the
-    bytes they carried, read from each ALLREDUCE's end event (dtype and shape of the tensor)."""
+def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, int]:
+    """From a Horovod timeline (Chrome trace JSON): the number of gradient all-reduces (or
+    another ``kind`` of collective) and the bytes they carried, read from each one's end event
+    (dtype and shape of the tensor)."""
     events = json.loads(timeline.read_text())
     tensor_of = {e["pid"]: e["args"]["name"] for e in events
                  if e.get("name") == "process_name" and "name" in e.get("args", {})}
@@ -67,7 +68,7 @@ def gradient_allreduces(timeline: Path) -> tuple[int, int]:
     for e in events:
         if e["ph"] == "B":
             open_activities.setdefault(e["pid"], []).append(e["name"])
-        elif e["ph"] == "E" and open_activities[e["pid"]].pop() == "ALLREDUCE":
+        elif e["ph"] == "E" and open_activities[e["pid"]].pop() == kind:
             if "grad" not in tensor_of[e["pid"]].lower():
                 continue  # the metric sums, not gradients
             shape = json.loads(e["args"]["shape"])
@@ -250,3 +251,30 @@ def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     assert (run_dir / "model").is_dir()
     count, _ = gradient_allreduces(timeline)  # Chrome trace JSON, written by rank 0
     assert count == 8 * 23 * 5   # 8 gradient tensors (cnn: 4 layers) x 23 steps x 5 epochs
+
+
+def test_sparse_as_dense_reduces_embedding_gradients_densely_to_the_same_result(tmp_path):
+    # horovodrun --gloo, the embedding model (sparse gradients) on digits, custom loop. Sparse:
+    # Horovod all-gathers the embedding gradient's rows; dense: one all-reduce of the table.
+    args = [*CUSTOM, "--set", "model.name=embedding", "--set", "train.epochs=2",
+            "--set", "optim.name=adam", "--set", "optim.lr=0.01", "--set", "run.tensorboard=false",
+            "--set", "run.export=false"]
+    runs = {}
+    for dense in ("false", "true"):
+        timeline = tmp_path / f"dense-{dense}.json"
+        ranks = train("gloo", 2, tmp_path / dense, "--preset", "digits", *args,
+                      "--set", f"horovod.sparse_as_dense={dense}",
+                      "--set", f"horovod.timeline={timeline}")
+        assert_same(ranks[0], ranks[1], atol=0)
+        summary = json.loads((tmp_path / dense / "summary.json").read_text())
+        runs[dense] = (ranks[0], summary, gradient_allreduces(timeline, "ALLGATHER")[0],
+                       gradient_allreduces(timeline)[0])
+    (sparse, sparse_summary, sparse_gathers, sparse_reduces), (dense, dense_summary,
+                                                                dense_gathers, dense_reduces) = (
+        runs["false"], runs["true"])
+    steps = 2 * 23
+    assert sparse_gathers >= steps and dense_gathers == 0   # embedding rows all-gathered ...
+    assert dense_reduces == sparse_reduces + steps          # ... or the table all-reduced
+    print("sparse_as_dense vs sparse, largest weight difference:",
+          assert_same(dense, sparse, atol=1e-5))
+    assert dense_summary["final_eval_accuracy"] > 0.9       # the embedding model learns
