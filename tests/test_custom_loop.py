@@ -278,3 +278,16 @@ def test_sparse_as_dense_reduces_embedding_gradients_densely_to_the_same_result(
     print("sparse_as_dense vs sparse, largest weight difference:",
           assert_same(dense, sparse, atol=1e-5))
     assert dense_summary["final_eval_accuracy"] > 0.9       # the embedding model learns
+
+
+def test_adasum_on_three_ranks_stops_every_rank_before_training(tmp_path):
+    # mpirun -np 3 (oversubscribed on 2 cores): a clear error, exit 2, no run directory.
+    run_dir = tmp_path / "run"
+    job = launch("mpi", 3, hvdtrain("train", "--preset", "synthetic-mlp", "--loop", "custom",
+                                    "--set", "horovod.op=adasum", "--run-dir", str(run_dir)),
+                 timeout=120)
+    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
+    assert len(errors) == 1, job.output
+    assert "power-of-two number of ranks, got 3" in errors[0]
+    assert job.returncode == 2 and "Traceback" not in job.output
+    assert not run_dir.exists()
