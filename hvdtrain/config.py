@@ -68,8 +68,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = _help("a registered model (mlp, cnn, resnet_small, embedding, mobilenetv2, resnet50) or "
-                      "your own as package.module:function(input_shape, num_classes)",
+    name: str = _help("a registered model (mlp, cnn, resnet_small, embedding, mobilenetv2, "
+                      "resnet50) or your own as package.module:function(input_shape, "
+                      "num_classes)",
                       default="cnn")
     width: int = _help("mlp and cnn: units or filters of the first layer (later layers scale "
                        "from it)", default=64)
