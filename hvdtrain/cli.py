@@ -21,7 +21,8 @@ from hvdtrain.errors import UserError
 # Flags that are shortcuts for config keys: flag dest -> (section, key).
 SHORTCUTS = {"run_dir": ("run", "run_dir"), "epochs": ("train", "epochs"),
              "batch_size": ("train", "batch_size"), "lr": ("optim", "lr"),
-             "model": ("model", "name"), "data": ("data", "source")}
+             "model": ("model", "name"), "data": ("data", "source"),
+             "loop": ("train", "loop"), "timeline": ("horovod", "timeline")}
 
 SHARED_ERROR_GRACE_S = 3.0
 
@@ -59,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, help="= --set optim.lr=... (for one rank)")
     train.add_argument("--model", help="= --set model.name=...")
     train.add_argument("--data", help="= --set data.source=...")
+    train.add_argument("--loop", help="= --set train.loop=... (fit or custom)")
+    train.add_argument("--timeline", metavar="PATH",
+                       help="= --set horovod.timeline=PATH (Horovod timeline, Chrome trace JSON)")
 
     evaluate = sub.add_parser(
         "eval", help="evaluate a run's latest checkpoint on its whole eval set",
@@ -106,7 +110,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         from hvdtrain import dist, trainer  # TensorFlow and Horovod load here, not at import
 
         world = dist.init(device=cfg.run.device, intra_op_threads=cfg.run.intra_op_threads,
-                          inter_op_threads=cfg.run.inter_op_threads)
+                          inter_op_threads=cfg.run.inter_op_threads,
+                          # eval must not overwrite the training run's timeline
+                          options=cfg.horovod if args.command == "train" else None)
         if args.command == "train":
             trainer.Trainer(cfg, world, resume=args.resume).train()
         else:

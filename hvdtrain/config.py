@@ -20,6 +20,10 @@ OPTIMIZERS = ("sgd", "adam")
 LR_SCALING_RULES = ("linear", "sqrt", "none")
 LR_DECAYS = ("constant", "cosine")
 DEVICES = ("auto", "cpu", "gpu")
+LOOPS = ("fit", "custom")
+PRECISIONS = ("float32", "mixed_float16")
+COMPRESSIONS = ("none", "fp16")
+REDUCE_OPS = ("average", "adasum")
 
 
 def _help(text: str, **kwargs: Any) -> Any:
@@ -64,8 +68,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = _help("a registered model (mlp, cnn, resnet_small, mobilenetv2, resnet50) or "
-                      "your own as package.module:function(input_shape, num_classes)",
+    name: str = _help("a registered model (mlp, cnn, resnet_small, embedding, mobilenetv2, "
+                      "resnet50) or your own as package.module:function(input_shape, "
+                      "num_classes)",
                       default="cnn")
     width: int = _help("mlp and cnn: units or filters of the first layer (later layers scale "
                        "from it)", default=64)
@@ -110,12 +115,20 @@ class TrainConfig:
     seed: int = _help("seed for weights, synthetic data and shuffling", default=42)
     eval_every: int = _help("evaluate on the eval set every k epochs (and always at the end); "
                             "0: only at the end", default=1)
+    loop: str = _help("fit (Keras fit) | custom (hvdtrain's own tf.function step with "
+                      "Horovod's DistributedGradientTape; needed for horovod.op=adasum, "
+                      "backward_passes_per_step > 1, join_uneven and mixed_float16)",
+                      default="fit")
+    precision: str = _help("float32 | mixed_float16 (float16 compute, float32 weights, with "
+                           "loss scaling; custom loop only)", default="float32")
 
     def __post_init__(self) -> None:
         _positive("train.epochs", self.epochs)
         _positive("train.batch_size", self.batch_size)
         if self.eval_every < 0:
             raise UserError(f"train.eval_every must be >= 0, got {self.eval_every}")
+        _one_of("train.loop", self.loop, LOOPS)
+        _one_of("train.precision", self.precision, PRECISIONS)
 
 
 @dataclass(frozen=True)
@@ -146,13 +159,74 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class HorovodConfig:
+    compression: str = _help("none | fp16: gradients cast to float16 for the all-reduce (half "
+                             "the bytes on the wire, ~3 significant digits)", default="none")
+    backward_passes_per_step: int = _help("k: accumulate the gradients of k batches locally, "
+                                          "then all-reduce and apply once (an effective batch "
+                                          "of k * batch_size per rank; custom loop only)",
+                                          default=1)
+    op: str = _help("average | adasum (Adasum reduction: custom loop, MPI controller, a "
+                    "power-of-two number of ranks)", default="average")
+    sparse_as_dense: bool = _help("all-reduce sparse gradients (embeddings) as dense tensors "
+                                  "instead of all-gathering their slices", default=False)
+    fusion_threshold_mb: float = _help("tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD); "
+                                       "0 turns fusion off; -1: Horovod's default (128) or the "
+                                       "launcher's setting", default=-1.0)
+    cycle_time_ms: float = _help("ms between Horovod's background cycles (HOROVOD_CYCLE_TIME); "
+                                 "-1: Horovod's default (1) or the launcher's setting",
+                                 default=-1.0)
+    autotune: bool = _help("let Horovod tune fusion threshold and cycle time while training "
+                           "(HOROVOD_AUTOTUNE)", default=False)
+    timeline: str = _help("write a Horovod timeline (Chrome trace JSON) to this file, from "
+                          "rank 0 (HOROVOD_TIMELINE); empty: none", default="")
+    join_uneven: bool = _help("ranks may have different numbers of batches: each finishes its "
+                              "own, then waits in hvd.join (custom loop only)", default=False)
+
+    def __post_init__(self) -> None:
+        _one_of("horovod.compression", self.compression, COMPRESSIONS)
+        _positive("horovod.backward_passes_per_step", self.backward_passes_per_step)
+        _one_of("horovod.op", self.op, REDUCE_OPS)
+        if self.fusion_threshold_mb < 0 and self.fusion_threshold_mb != -1:
+            raise UserError(f"horovod.fusion_threshold_mb must be >= 0 (or -1 for Horovod's "
+                            f"default), got {self.fusion_threshold_mb}")
+        if self.cycle_time_ms <= 0 and self.cycle_time_ms != -1:
+            raise UserError(f"horovod.cycle_time_ms must be > 0 (or -1 for Horovod's "
+                            f"default), got {self.cycle_time_ms}")
+
+
+# What only the custom loop can do, and why (Config.__post_init__ checks it).
+CUSTOM_LOOP_ONLY = {
+    "horovod.op=adasum": ("Horovod's Keras DistributedOptimizer rejects op=Adasum (it "
+                          "supports only average and sum)"),
+    "horovod.backward_passes_per_step>1": "hvdtrain accumulates gradients in its own loop",
+    "horovod.join_uneven=true": "Keras fit cannot stop one rank early and wait in hvd.join",
+    "train.precision=mixed_float16": ("the loss scale must see gradients after the "
+                                      "all-reduce, so that every rank skips the same steps"),
+}
+
+
+@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    horovod: HorovodConfig = field(default_factory=HorovodConfig)
     preset: str = "digits"
+
+    def __post_init__(self) -> None:
+        if self.train.loop == "custom":
+            return
+        asked = {"horovod.op=adasum": self.horovod.op == "adasum",
+                 "horovod.backward_passes_per_step>1": self.horovod.backward_passes_per_step > 1,
+                 "horovod.join_uneven=true": self.horovod.join_uneven,
+                 "train.precision=mixed_float16": self.train.precision == "mixed_float16"}
+        for option, wanted in asked.items():
+            if wanted:
+                raise UserError(f"{option} needs the custom loop: "
+                                f"{CUSTOM_LOOP_ONLY[option]}; pass --loop custom")
 
 
 SECTIONS: dict[str, type] = {name: kind for name, kind in typing.get_type_hints(Config).items()

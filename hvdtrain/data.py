@@ -255,35 +255,38 @@ def _decode(image_shape: tuple[int, ...]):
 @dataclass(frozen=True)
 class TrainStream:
     dataset: tf.data.Dataset
-    steps_per_epoch: int       # the same on every rank
-    samples_per_epoch: int     # on this rank (and on each other rank)
+    steps_per_epoch: int       # the same on every rank (unless not padded)
+    samples_per_epoch: int     # on this rank (and on each other rank, unless not padded)
 
 def train_dataset(split: Split, *, rank: int, size: int, batch_size: int, first_epoch: int,
                   epochs: int, seed: int, shuffle: bool,
-                  shuffle_buffer: int = 10_000) -> TrainStream:
+                  shuffle_buffer: int = 10_000, pad: bool = True) -> TrainStream:
     """This rank's batches for epochs first_epoch..epochs-1, with the steps per epoch (equal on
-    every rank)."""
+    every rank). ``pad=False`` (horovod.join_uneven): each rank reads its own shard once per
+    epoch, so ranks may run different numbers of steps."""
     sharding.check_enough_samples(len(split), size)
     if isinstance(split, Arrays):
-        return _array_train(split, rank, size, batch_size, first_epoch, epochs, seed, shuffle)
-    return _record_train(split, rank, size, batch_size, seed, shuffle, shuffle_buffer)
+        return _array_train(split, rank, size, batch_size, first_epoch, epochs, seed, shuffle,
+                            pad)
+    return _record_train(split, rank, size, batch_size, seed, shuffle, shuffle_buffer, pad)
 
 
 def _array_train(split: Arrays, rank: int, size: int, batch_size: int, first_epoch: int,
-                 epochs: int, seed: int, shuffle: bool) -> TrainStream:
-    orders = sharding.epoch_orders(len(split), rank, size, first_epoch, epochs, seed, shuffle)
+                 epochs: int, seed: int, shuffle: bool, pad: bool) -> TrainStream:
+    orders = sharding.epoch_orders(len(split), rank, size, first_epoch, epochs, seed, shuffle,
+                                   pad)
     x, y = tf.constant(split.x), tf.constant(split.y)
     ds = (tf.data.Dataset.from_tensor_slices(orders)                       # one row per epoch
           .flat_map(lambda order: tf.data.Dataset.from_tensor_slices(order).batch(batch_size))
           .map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)),
                num_parallel_calls=tf.data.AUTOTUNE)
           .prefetch(tf.data.AUTOTUNE))
-    return TrainStream(ds, sharding.steps_per_epoch(len(split), size, batch_size),
-                       sharding.padded_shard_size(len(split), size))
+    samples = orders.shape[1]
+    return TrainStream(ds, math.ceil(samples / batch_size), samples)
 
 
 def _record_train(split: Records, rank: int, size: int, batch_size: int, seed: int,
-                  shuffle: bool, shuffle_buffer: int) -> TrainStream:
+                  shuffle: bool, shuffle_buffer: int, pad: bool) -> TrainStream:
     own_files = sharding.shard_files(list(split.files), rank, size)
     if own_files is not None:  # whole files per rank: no rank reads another's records
         files = tf.data.Dataset.from_tensor_slices(own_files)
@@ -294,8 +297,10 @@ def _record_train(split: Records, rank: int, size: int, batch_size: int, seed: i
     else:  # fewer files than ranks: every rank reads all files, keeps every size-th record
         ds = tf.data.TFRecordDataset(list(split.files)).shard(size, rank)
     # Ranks with fewer records wrap around their own shard, so every rank runs the steps of the
-    # largest shard and none waits in an all-reduce that its peers never join.
-    steps = math.ceil(max(sharding.records_per_rank(split.counts, size)) / batch_size)
+    # largest shard and none waits in an all-reduce that its peers never join (unless not
+    # padded: then each runs its own share and waits in hvd.join).
+    per_rank = sharding.records_per_rank(split.counts, size)
+    steps = math.ceil((max(per_rank) if pad else per_rank[rank]) / batch_size)
     ds = ds.repeat()
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed + rank, reshuffle_each_iteration=True)

@@ -19,7 +19,8 @@ import horovod.tensorflow as hvd
 # Horovod: the Keras 2 wrapper (tf.keras in TF 2.15): DistributedOptimizer and callbacks.
 import horovod.tensorflow.keras as hvd_keras
 
-from hvdtrain import placement
+from hvdtrain import hvd_options, placement
+from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
 
 
@@ -39,7 +40,8 @@ class World:
         return self.rank == 0
 
 
-def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: int = 0) -> World:
+def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: int = 0,
+         options: HorovodConfig | None = None) -> World:
     """Starts Horovod and places this rank: one GPU by local rank, or the CPU with its share of
     threads. Must run before TensorFlow executes its first op."""
     # Horovod's Gloo would abort inside init() on a host whose name resolves to loopback: say so.
@@ -47,6 +49,7 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
                                                socket.gethostbyname)
     if problem:
         raise UserError(problem)
+    set_horovod_runtime_env(options or HorovodConfig())
     # Horovod: one process per device; init() joins the ring built by horovodrun/mpirun.
     hvd.init()
     rank, size = hvd.rank(), hvd.size()  # Horovod: this process's place in the job
@@ -79,6 +82,16 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     return world
 
 
+def set_horovod_runtime_env(options: HorovodConfig) -> None:
+    # Horovod: fusion threshold, cycle time, autotune and timeline are read from HOROVOD_*
+    # variables once, inside hvd.init(): they must be in os.environ before it.
+    os.environ.update(hvd_options.runtime_env(options))
+
+
+def horovod_settings_in_force() -> str:
+    return hvd_options.in_force(os.environ)  # what hvd.init() read (see above)
+
+
 def agree_or_fail(problem: str | None, world: World) -> None:
     """A collective check: if any rank hit a user error, every rank raises it, together.
 
@@ -98,9 +111,49 @@ def agree_or_fail(problem: str | None, world: World) -> None:
         raise UserError(f"{first}{where}", shared=True)
 
 
-def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer) -> tf.keras.optimizers.Optimizer:
-    # Horovod: average gradients across ranks with ring all-reduce before every update.
-    return hvd_keras.DistributedOptimizer(optimizer)
+def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
+                          options: HorovodConfig | None = None) -> tf.keras.optimizers.Optimizer:
+    options = options or HorovodConfig()
+    # Horovod: average gradients across ranks with ring all-reduce before every update
+    # (compressed to float16 on the wire if asked; sparse gradients reduced densely if asked).
+    return hvd_keras.DistributedOptimizer(optimizer, compression=_compression(options),
+                                          sparse_as_dense=options.sparse_as_dense)
+
+
+def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
+    # Horovod: tape.gradient() returns gradients already reduced across ranks (average or
+    # Adasum), so every rank applies the same update.
+    return hvd.DistributedGradientTape(tape, compression=_compression(options),
+                                       sparse_as_dense=options.sparse_as_dense,
+                                       op=_reduce_op(options))
+
+
+def allreduce_gradients(gradients: Sequence[tf.Tensor], options: HorovodConfig) -> list[tf.Tensor]:
+    """What ``distributed_tape`` does to its gradients, for dense gradients accumulated locally
+    over several batches (backward_passes_per_step > 1): one all-reduce per k batches."""
+    # Horovod: the tape's reduction and compression, one named all-reduce per variable.
+    return [hvd.allreduce(grad, op=_reduce_op(options), compression=_compression(options),
+                          name=f"hvdtrain_accumulated_grad_{i}")
+            for i, grad in enumerate(gradients)]
+
+
+def join() -> int:
+    # Horovod: this rank has no batch left; it answers its peers' all-reduces with zeros until
+    # every rank has joined. Returns the rank that joined last (it ran the most steps).
+    # Run as a graph: with horovod 0.28.1 and TF 2.15 an EAGER hvd.join() waits correctly only
+    # the first time; from the second call on it returns at once on the rank that joins first
+    # (measured), whose next all-reduce then meets the other rank's old one.
+    return int(tf.function(hvd.join)())
+
+
+def _compression(options: HorovodConfig) -> Any:
+    # Horovod: fp16 casts float32 gradients to float16 for the wire and back after it.
+    return hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none
+
+
+def _reduce_op(options: HorovodConfig) -> Any:
+    # Horovod: Adasum combines gradients by their directions instead of averaging them.
+    return hvd.Adasum if options.op == "adasum" else hvd.Average
 
 
 def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:

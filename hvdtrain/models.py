@@ -3,6 +3,7 @@ model that outputs logits. Users add their own as ``package.module:function``.""
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Callable
 
 import tensorflow as tf
@@ -49,6 +50,23 @@ def resnet_small(input_shape: tuple[int, ...], num_classes: int,
     return _classifier(inputs, x, num_classes, cfg, "resnet_small")
 
 
+def embedding(input_shape: tuple[int, ...], num_classes: int,
+              cfg: ModelConfig) -> tf.keras.Model:
+    """Each input value, quantized to one of 16 levels at its position, is a token looked up in
+    an embedding table: a model whose gradients are sparse (tf.IndexedSlices), for
+    horovod.sparse_as_dense. Inputs are expected in [0, 1]."""
+    positions, levels = math.prod(input_shape), 16
+    inputs = tf.keras.Input(input_shape)
+    x = layers.Flatten()(inputs)
+    tokens = layers.Lambda(  # token = position * levels + level: one table row per pair
+        lambda v: tf.cast(tf.round(tf.clip_by_value(v, 0.0, 1.0) * (levels - 1)), tf.int32)
+        + tf.range(positions, dtype=tf.int32) * levels)(x)
+    x = layers.Embedding(positions * levels, max(4, cfg.width // 8))(tokens)
+    x = layers.Flatten()(x)
+    x = layers.Dense(cfg.width, activation="relu")(x)
+    return _classifier(inputs, x, num_classes, cfg, "embedding")
+
+
 def _conv_bn(x: tf.Tensor, filters: int, kernel: int, stride: int,
              relu: bool = True) -> tf.Tensor:
     x = layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False)(x)
@@ -93,6 +111,7 @@ REGISTRY: dict[str, Builder] = {
     "mlp": mlp,
     "cnn": cnn,
     "resnet_small": resnet_small,
+    "embedding": embedding,
     "mobilenetv2": _keras_application(tf.keras.applications.MobileNetV2, 32),
     "resnet50": _keras_application(tf.keras.applications.ResNet50, 32),
 }

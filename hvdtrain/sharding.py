@@ -39,15 +39,16 @@ def check_enough_samples(num_samples: int, size: int, what: str = "training set"
 
 
 def epoch_order(num_samples: int, rank: int, size: int, epoch: int, seed: int,
-                shuffle: bool) -> np.ndarray:
-    """This rank's sample indices for one epoch: its shard, padded, shuffled by (seed, epoch).
+                shuffle: bool, pad: bool = True) -> np.ndarray:
+    """This rank's sample indices for one epoch: its shard, padded (unless ``pad`` is off:
+    horovod.join_uneven), shuffled by (seed, epoch).
 
     The order depends only on its arguments, so a run resumed at epoch k sees exactly the
     batches an uninterrupted run would have seen.
     """
     check_enough_samples(num_samples, size)
     own = shard_indices(num_samples, rank, size)
-    padded = np.resize(own, padded_shard_size(num_samples, size))  # wraps around its own shard
+    padded = np.resize(own, padded_shard_size(num_samples, size)) if pad else own  # wraps
     if shuffle:
         rng = np.random.default_rng([seed, epoch, rank])
         padded = rng.permutation(padded)
@@ -55,12 +56,14 @@ def epoch_order(num_samples: int, rank: int, size: int, epoch: int, seed: int,
 
 
 def epoch_orders(num_samples: int, rank: int, size: int, first_epoch: int, epochs: int,
-                 seed: int, shuffle: bool) -> np.ndarray:
+                 seed: int, shuffle: bool, pad: bool = True) -> np.ndarray:
     """``epoch_order`` for epochs first_epoch .. epochs-1, stacked: shape [epochs-first, shard]
     (no rows when a resumed run has no epoch left)."""
-    rows = [epoch_order(num_samples, rank, size, e, seed, shuffle)
+    rows = [epoch_order(num_samples, rank, size, e, seed, shuffle, pad)
             for e in range(first_epoch, epochs)]
-    return np.array(rows, dtype=np.int64).reshape(len(rows), padded_shard_size(num_samples, size))
+    width = padded_shard_size(num_samples, size) if pad else len(
+        shard_indices(num_samples, rank, size))
+    return np.array(rows, dtype=np.int64).reshape(len(rows), width)
 
 
 def shard_files(files: list[str], rank: int, size: int) -> list[str] | None:

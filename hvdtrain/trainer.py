@@ -5,7 +5,9 @@ Rank 0 alone prints and writes; every collective is reached by every rank in the
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import math
 import os
 import shutil
 import time
@@ -16,7 +18,8 @@ from typing import Callable, TypeVar
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import __version__, callbacks, checkpoints, data, dist, models, schedules, sharding
+from hvdtrain import (__version__, callbacks, checkpoints, custom_loop, data, dist, hvd_options,
+                      models, schedules, sharding)
 from hvdtrain.config import Config, to_dict
 from hvdtrain.errors import UserError
 
@@ -48,26 +51,34 @@ class Trainer:
         """Trains to ``train.epochs`` and returns the summary that rank 0 writes to summary.json."""
         started = time.perf_counter()
         cfg, world = self.config, self.world
+        # Horovod: options this world cannot run (Adasum on 3 ranks) stop every rank up front.
+        dist.agree_or_fail(hvd_options.world_problem(cfg.horovod, world.size, world.controller),
+                           world)
         p = self.prepare()
         self.model = p.model
         stream = data.train_dataset(
             p.dataset.train, rank=world.rank, size=world.size, batch_size=cfg.train.batch_size,
             first_epoch=p.start_epoch, epochs=cfg.train.epochs, seed=cfg.train.seed,
-            shuffle=cfg.data.shuffle, shuffle_buffer=cfg.data.shuffle_buffer)
+            shuffle=cfg.data.shuffle, shuffle_buffer=cfg.data.shuffle_buffer,
+            pad=not cfg.horovod.join_uneven)
         steps = stream.steps_per_epoch
+        # The schedule counts optimizer updates: one per backward_passes_per_step batches.
+        updates = math.ceil(steps / cfg.horovod.backward_passes_per_step)
         peak_lr = schedules.scaled_lr(cfg.optim.lr, world.size, cfg.optim.lr_scaling)
         self._banner(p, steps, peak_lr)
 
         lr = callbacks.LearningRateSchedule(
             base_lr=cfg.optim.lr, peak_lr=peak_lr,
-            warmup_steps=round(cfg.optim.warmup_epochs * steps),
-            total_steps=cfg.train.epochs * steps, decay=cfg.optim.decay)
+            warmup_steps=round(cfg.optim.warmup_epochs * updates),
+            total_steps=cfg.train.epochs * updates, decay=cfg.optim.decay)
         throughput = callbacks.Throughput(stream.samples_per_epoch * world.size)
         evaluate = self.evaluator(p.model, p.dataset)
         evaluation = callbacks.ExactEvaluation(evaluate, cfg.train.eval_every, cfg.train.epochs)
         # Every rank, in this order: average the epoch's metrics over ranks (a collective), then
         # the exact eval (a collective), then the numbers rank 0 reports.
-        every_rank = [dist.metric_average_callback(), lr, evaluation, throughput]
+        # (The custom loop adds the metrics' sums across ranks itself.)
+        every_rank = ([dist.metric_average_callback()] if cfg.train.loop == "fit" else []) + [
+            lr, evaluation, throughput]
         chief_only = [callbacks.ProgressLine(cfg.train.epochs, steps_per_epoch=steps,
                                              global_batch=cfg.train.batch_size * world.size,
                                              every_seconds=cfg.run.progress_every_s),
@@ -78,11 +89,16 @@ class Trainer:
                 str(p.run_dir / "tensorboard"), write_graph=False, profile_batch=0))
 
         final_logs = dict(p.restored_metrics)
-        if p.start_epoch < cfg.train.epochs:
+        hooks = every_rank + (chief_only if world.is_chief else [])
+        if p.start_epoch < cfg.train.epochs and cfg.train.loop == "custom":
+            final_logs = custom_loop.run_epochs(
+                custom_loop.TrainStep(p.model, p.optimizer, cfg.horovod),
+                iter(stream.dataset), first_epoch=p.start_epoch, epochs=cfg.train.epochs,
+                steps_per_epoch=steps, callbacks=hooks)
+        elif p.start_epoch < cfg.train.epochs:
             history = p.model.fit(
                 stream.dataset, epochs=cfg.train.epochs, initial_epoch=p.start_epoch,
-                steps_per_epoch=steps, verbose=0,
-                callbacks=every_rank + (chief_only if world.is_chief else []))
+                steps_per_epoch=steps, verbose=0, callbacks=hooks)
             final_logs = {k: float(v[-1]) for k, v in history.history.items()}
         else:
             self.say(f"nothing to train: {p.run_dir} is at epoch {p.start_epoch} of "
@@ -103,6 +119,9 @@ class Trainer:
             "steps_per_epoch": steps,
             "peak_lr": peak_lr,
             "model": cfg.model.name,
+            "loop": cfg.train.loop,
+            "precision": cfg.train.precision,
+            "horovod": dataclasses.asdict(cfg.horovod),
             "params": int(p.model.count_params()),
             "data": p.dataset.description,
             "final_train_loss": final_logs.get("loss"),
@@ -159,6 +178,8 @@ class Trainer:
             dataset = data.load(cfg.data, cfg.train.seed)
             sharding.check_enough_samples(len(dataset.train), world.size)
             tf.keras.utils.set_random_seed(cfg.train.seed)
+            # float32, or float16 compute with float32 weights for the layers built next.
+            tf.keras.mixed_precision.set_global_policy(cfg.train.precision)
             model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
         except UserError as e:
             problem = str(e)
@@ -186,12 +207,18 @@ class Trainer:
         return dist.broadcast_object(result)  # Horovod: rank 0's answer reaches every rank
 
     def _optimizer(self) -> tf.keras.optimizers.Optimizer:
-        o = self.config.optim
+        o, t = self.config.optim, self.config.train
         if o.name == "sgd":
             base = tf.keras.optimizers.SGD(learning_rate=o.lr, momentum=o.momentum)
         else:
             base = tf.keras.optimizers.Adam(learning_rate=o.lr)
-        return dist.distributed_optimizer(base)  # Horovod: all-reduce gradients each step
+        if t.loop == "fit":
+            # Horovod: all-reduce gradients each step
+            return dist.distributed_optimizer(base, self.config.horovod)
+        # The custom loop's tape reduces the gradients, so its optimizer stays plain.
+        if t.precision == "mixed_float16":
+            return tf.keras.mixed_precision.LossScaleOptimizer(base)
+        return base
 
     def _default_run_dir(self) -> str:
         if self.config.run.run_dir:
@@ -236,7 +263,7 @@ class Trainer:
 
         @tf.function
         def sums_of(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-            logits = model(x, training=False)
+            logits = tf.cast(model(x, training=False), tf.float32)
             losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
             hits = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
             return tf.stack([tf.reduce_sum(tf.cast(losses, tf.float64)),
@@ -266,7 +293,19 @@ class Trainer:
             f"{cfg.optim.decay})\n"
             f"  batch {cfg.train.batch_size} per rank, {cfg.train.batch_size * w.size} global, "
             f"{steps} steps per epoch, epochs {p.start_epoch + 1}..{cfg.train.epochs}\n"
+            f"  loop  {cfg.train.loop}, {cfg.train.precision}{self._horovod_options()}\n"
+            f"  horovod {dist.horovod_settings_in_force()}\n"
             f"  run   {p.run_dir}")
+
+    def _horovod_options(self) -> str:
+        """The gradient options that differ from the defaults, for the banner."""
+        default = type(self.config.horovod)()
+        changed = [f"{f.name}={getattr(self.config.horovod, f.name)}"
+                   for f in dataclasses.fields(default)
+                   if f.name in ("compression", "backward_passes_per_step", "op",
+                                 "sparse_as_dense", "join_uneven")
+                   and getattr(self.config.horovod, f.name) != getattr(default, f.name)]
+        return "".join(f", {c}" for c in changed)
 
     def _export(self, model: tf.keras.Model, run_dir: Path) -> Path:
         """Rank 0: the trained model as a SavedModel in RUN_DIR/model, swapped in atomically."""

@@ -21,11 +21,12 @@ def main() -> None:
     parser.add_argument("--perturb-nonroot", action="store_true",
                         help="give ranks other than 0 different initial weights, so that only "
                              "a working broadcast from rank 0 can make the ranks agree")
+    parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
     from hvdtrain import data, dist, models, presets, trainer
     cfg = presets.build_config(args.preset, None, args.assignments)
-    world = dist.init(device=cfg.run.device)
+    world = dist.init(device=cfg.run.device, options=cfg.horovod)
 
     if args.perturb_nonroot and world.rank != 0:
         original_build = models.build
@@ -37,16 +38,17 @@ def main() -> None:
             return model
         models.build = perturbed_build
 
-    job = trainer.Trainer(cfg, world)
+    job = trainer.Trainer(cfg, world, resume=args.resume)
     summary = job.train()
     args.out.mkdir(parents=True, exist_ok=True)
     np.savez(args.out / f"rank{world.rank}.npz", *[w.numpy() for w in job.model.weights])
     if world.is_chief:
         # The eval accuracy recomputed here, by one process over the WHOLE eval set.
         dataset = data.load(cfg.data, cfg.train.seed)
-        x, y = dataset.eval.x, dataset.eval.y
-        predicted = np.argmax(job.model.predict(x, batch_size=256, verbose=0), axis=1)
-        summary["whole_eval_set_accuracy"] = float(np.mean(predicted == y))
+        if isinstance(dataset.eval, data.Arrays):
+            x, y = dataset.eval.x, dataset.eval.y
+            predicted = np.argmax(job.model.predict(x, batch_size=256, verbose=0), axis=1)
+            summary["whole_eval_set_accuracy"] = float(np.mean(predicted == y))
         (args.out / "summary.json").write_text(json.dumps(summary))
 
 

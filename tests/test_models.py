@@ -43,6 +43,7 @@ def _assert_logits(model: tf.keras.Model, input_shape, num_classes: int) -> None
     ("resnet_small", (32, 32, 3), 10),
     ("mobilenetv2", (32, 32, 3), 7),
     ("resnet50", (32, 32, 3), 10),
+    ("embedding", (8, 8, 1), 10),
 ])
 def test_registered_models_output_logits(name, input_shape, num_classes):
     assert name in models.REGISTRY
@@ -51,7 +52,20 @@ def test_registered_models_output_logits(name, input_shape, num_classes):
 
 
 def test_every_registered_model_is_covered():
-    assert set(models.REGISTRY) == {"mlp", "cnn", "resnet_small", "mobilenetv2", "resnet50"}
+    assert set(models.REGISTRY) == {"mlp", "cnn", "resnet_small", "embedding", "mobilenetv2",
+                                    "resnet50"}
+
+
+def test_embedding_model_has_sparse_gradients_on_its_table():
+    # What horovod.sparse_as_dense is for: the table's gradient holds only the rows looked up.
+    model = models.build(ModelConfig(name="embedding", width=32), (8, 8, 1), 10)
+    x = np.random.default_rng(0).random((4, 8, 8, 1), dtype=np.float32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x))
+    table = next(v for v in model.trainable_variables if "embedding" in v.name)
+    grad = tape.gradient(loss, table)
+    assert isinstance(grad, tf.IndexedSlices)
+    assert table.shape[0] == 64 * 16 and grad.indices.shape[0] == 4 * 64  # 64 tokens a sample
 
 
 def test_mlp_width_and_dropout_follow_the_config():

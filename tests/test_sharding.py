@@ -76,3 +76,14 @@ def test_file_sharding():
     assert sharding.shard_files(files[:1], 0, 2) is None  # fewer files than ranks
     assert sharding.records_per_rank([10, 20, 30], 2) == [40, 20]
     assert sharding.records_per_rank([7], 2) == [4, 3]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_unpadded_shards_hold_each_sample_once(shuffle):
+    # horovod.join_uneven: no sample repeated, so ranks hold 4, 3 and 3 of 10 samples.
+    orders = [sharding.epoch_order(10, r, 3, 0, seed=7, shuffle=shuffle, pad=False)
+              for r in range(3)]
+    assert [len(o) for o in orders] == [4, 3, 3]
+    assert sorted(np.concatenate(orders).tolist()) == list(range(10))
+    stacked = sharding.epoch_orders(10, 0, 3, 0, 2, seed=7, shuffle=shuffle, pad=False)
+    assert stacked.shape == (2, 4)

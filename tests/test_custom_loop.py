@@ -1,0 +1,293 @@
+"""The custom loop and Horovod's options, each checked for what it promises: real 2-rank runs
+under horovodrun --gloo and mpirun (which one is named per test), on CPU."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import hvdtrain, launch, worker
+from test_multirank import EXACT, assert_ok, weights
+
+pytestmark = pytest.mark.multirank
+
+CUSTOM = ["--set", "train.loop=custom"]
+
+
+def train(launcher: str, np_: int, out: Path, *args: str,
+          run_dir: Path | None = None) -> list[list[np.ndarray]]:
+    """Runs the test worker and returns every rank's final weights."""
+    run_dir = run_dir or out / "run"
+    job = launch(launcher, np_, worker(out, *args, "--set", f"run.run_dir={run_dir}"))
+    assert_ok(job, f"{launcher} x{np_} {' '.join(args)}")
+    return [weights(out / f"rank{r}.npz") for r in range(np_)]
+
+
+def assert_same(a: list[np.ndarray], b: list[np.ndarray], atol: float) -> float:
+    """Asserts equal shapes and values to ``atol``; returns the largest difference."""
+    assert [x.shape for x in a] == [y.shape for y in b]
+    worst = max(float(np.abs(x - y).max()) for x, y in zip(a, b))
+    assert worst <= atol, f"largest difference {worst} > {atol}"
+    return worst
+
+
+def test_custom_loop_with_resume_ends_where_fit_ends(tmp_path):
+    # Momentum SGD, linear lr scaling with one warmup epoch, shuffled shards: the same config
+    # through fit (mpirun) and through the custom loop (horovodrun --gloo), the latter stopped
+    # after 2 epochs and resumed to 3, which restores on rank 0 and broadcasts.
+    common = [*EXACT, "--set", "optim.lr=0.1"]
+    fit = train("mpi", 2, tmp_path / "fit", *common, "--set", "train.epochs=3")
+    run = tmp_path / "custom-run"
+    two = train("gloo", 2, tmp_path / "two", *common, *CUSTOM, "--set", "train.epochs=2",
+                run_dir=run)
+    custom = train("mpi", 2, tmp_path / "three", *common, *CUSTOM, "--set", "train.epochs=3",
+                   "--resume", run_dir=run)
+    assert_same(custom[0], custom[1], atol=0)   # every rank holds the same model
+    print("custom vs fit, largest weight difference:",
+          assert_same(custom[0], fit[0], atol=1e-5))  # it is fit's model
+    # The comparison is sharp: one epoch less is far from it.
+    assert max(float(np.abs(x - y).max()) for x, y in zip(two[0], fit[0])) > 1e-2
+    summary = json.loads((tmp_path / "three/summary.json").read_text())
+    assert summary["loop"] == "custom" and summary["resumed_from_epoch"] == 2
+    assert summary["final_eval_accuracy"] == pytest.approx(summary["whole_eval_set_accuracy"])
+
+
+def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, int]:
+    """From a Horovod timeline (Chrome trace JSON): the number of gradient all-reduces (or
+    another ``kind`` of collective) and the bytes they carried, read from each one's end event
+    (dtype and shape of the tensor)."""
+    events = json.loads(timeline.read_text())
+    tensor_of = {e["pid"]: e["args"]["name"] for e in events
+                 if e.get("name") == "process_name" and "name" in e.get("args", {})}
+    open_activities: dict[int, list[str]] = {}
+    count = total = 0
+    for e in events:
+        if e["ph"] == "B":
+            open_activities.setdefault(e["pid"], []).append(e["name"])
+        elif e["ph"] == "E" and open_activities[e["pid"]].pop() == kind:
+            if "grad" not in tensor_of[e["pid"]].lower():
+                continue  # the metric sums, not gradients
+            shape = json.loads(e["args"]["shape"])
+            count += 1
+            total += math.prod(shape) * np.dtype(e["args"]["dtype"]).itemsize
+    return count, total
+
+
+def test_fp16_compression_halves_the_bytes_and_stays_close(tmp_path):
+    # horovodrun --gloo; the timeline (rank 0's Chrome trace) shows what crossed the wire.
+    args = [*EXACT, *CUSTOM, "--set", "train.epochs=3"]
+    runs = {}
+    for compression in ("none", "fp16"):
+        timeline = tmp_path / f"{compression}.json"
+        ranks = train("gloo", 2, tmp_path / compression, *args,
+                      "--set", f"horovod.compression={compression}",
+                      "--set", f"horovod.timeline={timeline}")
+        assert_same(ranks[0], ranks[1], atol=0)
+        runs[compression] = ranks[0], *gradient_allreduces(timeline)
+    (plain, plain_count, plain_bytes), (fp16, fp16_count, fp16_bytes) = runs["none"], runs["fp16"]
+    # 6 gradient tensors (3 dense layers) x 5 steps (266 samples, 133 per rank, batch 32) x 3
+    # epochs, each an all-reduce event.
+    assert plain_count == fp16_count == 6 * 5 * 3
+    assert fp16_bytes * 2 == plain_bytes
+    worst = assert_same(fp16, plain, atol=1e-3)  # measured: about 1e-4
+    assert worst > 0  # the gradients really were rounded
+    print(f"fp16: {fp16_bytes} vs {plain_bytes} gradient bytes all-reduced by rank 0, "
+          f"largest weight difference {worst:.2e}")
+
+
+def test_k_backward_passes_of_batch_b_equal_one_step_of_batch_kb(tmp_path):
+    # Plain SGD, fixed lr, no shuffling. 2 ranks (mpirun) x k=2 passes x batch 8 accumulate the
+    # same 32 samples per update as one process (fit) with batch 32: the same updates.
+    plain_sgd = [*EXACT, "--set", "data.shuffle=false", "--set", "optim.momentum=0",
+                 "--set", "optim.lr_scaling=none", "--set", "optim.warmup_epochs=0",
+                 "--set", "optim.lr=0.1", "--set", "train.epochs=2"]
+    accumulated = train("mpi", 2, tmp_path / "k2", *plain_sgd, *CUSTOM,
+                        "--set", "horovod.backward_passes_per_step=2",
+                        "--set", "train.batch_size=8")
+    assert_same(accumulated[0], accumulated[1], atol=0)
+    (big_batch,) = train("single", 1, tmp_path / "b32", *plain_sgd, "--set",
+                         "train.batch_size=32")
+    print("k=2 x batch 8 x 2 ranks vs batch 32, largest weight difference:",
+          assert_same(accumulated[0], big_batch, atol=1e-5))
+    # Sharp: updating after every batch of 8 per rank (k=1) ends elsewhere.
+    every_batch = train("mpi", 2, tmp_path / "k1", *plain_sgd, *CUSTOM,
+                        "--set", "train.batch_size=8")
+    assert max(float(np.abs(x - y).max()) for x, y in zip(every_batch[0], big_batch)) > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# Replays in this process, with plain TensorFlow: what the 2 ranks must have computed.
+
+PLAIN_SGD = ["optim.momentum=0", "optim.lr_scaling=none", "optim.warmup_epochs=0",
+             "optim.lr=0.1", "data.shuffle=false"]
+
+
+def initial_model(preset: str, assignments: list[str]):
+    """The config, the data and the model every rank starts from (as Trainer builds them)."""
+    import tensorflow as tf
+    from hvdtrain import data, models, presets
+    cfg = presets.build_config(preset, None, assignments)
+    dataset = data.load(cfg.data, cfg.train.seed)
+    tf.keras.utils.set_random_seed(cfg.train.seed)
+    tf.keras.mixed_precision.set_global_policy("float32")
+    return cfg, dataset, models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+
+
+def local_gradients(model, x, y) -> list[np.ndarray]:
+    import tensorflow as tf
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+            y, model(x, training=True), from_logits=True))
+    return [g.numpy().astype(np.float64) for g in tape.gradient(loss, model.trainable_variables)]
+
+
+def sgd_step(model, gradients: list[np.ndarray], lr: float) -> None:
+    for v, g in zip(model.trainable_variables, gradients):
+        v.assign(v.numpy() - lr * g.astype(np.float32))
+
+
+def adasum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Adasum of two ranks' gradients (Maleki et al., 2021), tensor by tensor: the parts along
+    each other's direction are counted once, orthogonal parts add."""
+    dot = float(np.vdot(a, b))
+    return (1 - dot / (2 * np.vdot(a, a))) * a + (1 - dot / (2 * np.vdot(b, b))) * b
+
+
+def test_adasum_on_the_custom_loop_is_adasum(tmp_path):
+    # mpirun (Horovod implements Adasum over MPI). One step: each rank's whole shard (133
+    # samples) in one batch; the replay combines the two ranks' gradients by Adasum.
+    settings = [*PLAIN_SGD, "train.epochs=1", "train.batch_size=200", "data.num_samples=333"]
+    args = [a for s in settings for a in ("--set", s)]
+    ranks = train("mpi", 2, tmp_path / "adasum", *args, *CUSTOM, "--set", "horovod.op=adasum",
+                  "--set", "run.tensorboard=false", "--set", "run.export=false")
+    assert_same(ranks[0], ranks[1], atol=0)
+
+    from hvdtrain import sharding
+    cfg, dataset, model = initial_model("synthetic-mlp", settings)
+    start = [w.copy() for w in model.get_weights()]
+    x, y = dataset.train.x, dataset.train.y
+    grads = [local_gradients(model, x[own], y[own])
+             for own in (sharding.shard_indices(len(y), r, 2) for r in range(2))]
+    sgd_step(model, [adasum(a, b) for a, b in zip(*grads)], cfg.optim.lr)
+    print("adasum vs replay, largest weight difference:",
+          assert_same(ranks[0], model.get_weights(), atol=1e-5))
+    # Sharp: the plain average of the two gradients gives another step.
+    model.set_weights(start)
+    sgd_step(model, [(a + b) / 2 for a, b in zip(*grads)], cfg.optim.lr)
+    assert max(float(np.abs(p - q).max()) for p, q in zip(ranks[0], model.get_weights())) > 1e-4
+
+
+def test_join_uneven_shards_finish_and_train_correctly(tmp_path):
+    # horovodrun --gloo. TFRecord files of 40, 8 and 40 records: rank 0 reads files 0 and 2
+    # (80 records, 10 batches of 8), rank 1 file 1 (8 records, 1 batch). Rank 1 joins after
+    # its batch and answers rank 0's all-reduces with zeros; then rank 0's state is broadcast.
+    from test_data import write_records, write_shards
+    write_shards(tmp_path / "train", [40, 8, 40])
+    write_records(tmp_path / "eval.tfrecord", range(200, 230))
+    settings = [*PLAIN_SGD, "data.source=tfrecord", f"data.path={tmp_path / 'train'}",
+                f"data.eval_path={tmp_path / 'eval.tfrecord'}", "data.image_shape=4,4,1",
+                "data.num_classes=3", "model.name=mlp", "model.width=16",
+                "train.batch_size=8", "train.epochs=2", "horovod.join_uneven=true",
+                "train.loop=custom"]
+    args = [a for s in settings for a in ("--set", s)]
+    job = launch("gloo", 2, worker(tmp_path / "out", *args,
+                                   "--set", f"run.run_dir={tmp_path / 'run'}"), timeout=240)
+    assert_ok(job, "uneven shards with join")
+    ranks = [weights(tmp_path / f"out/rank{r}.npz") for r in range(2)]
+    assert_same(ranks[0], ranks[1], atol=0)
+
+    # Replay: at each step the average over BOTH ranks, a joined rank counting as zeros.
+    from hvdtrain import data
+    cfg, dataset, model = initial_model("digits", settings)
+    start = model.get_weights()
+    streams = [data.train_dataset(dataset.train, rank=r, size=2, batch_size=8, first_epoch=0,
+                                  epochs=2, seed=cfg.train.seed, shuffle=False, pad=False)
+               for r in range(2)]
+    assert [s.steps_per_epoch for s in streams] == [10, 1]
+
+    def replay(divide_by_active_ranks: bool) -> list[np.ndarray]:
+        model.set_weights(start)
+        batches = [iter(s.dataset) for s in streams]
+        for _ in range(2):
+            for step in range(10):
+                grads = [local_gradients(model, *next(batches[rank]))
+                         for rank, stream in enumerate(streams) if step < stream.steps_per_epoch]
+                divisor = len(grads) if divide_by_active_ranks else 2
+                sgd_step(model, [sum(g) / divisor for g in zip(*grads)], cfg.optim.lr)
+        return model.get_weights()
+
+    print("join vs replay, largest weight difference:",
+          assert_same(ranks[0], replay(divide_by_active_ranks=False), atol=1e-5))
+    # Sharp: averaging over the ranks still running would end elsewhere.
+    other = replay(divide_by_active_ranks=True)
+    assert max(float(np.abs(p - q).max()) for p, q in zip(ranks[0], other)) > 1e-3
+
+
+def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
+    # mpirun, the CLI end to end: --loop custom, --timeline, a cycle time from the config, and
+    # float16 compute whose loss scale sees the gradients after the all-reduce.
+    run_dir, timeline = tmp_path / "run", tmp_path / "timeline.json"
+    job = launch("mpi", 2, hvdtrain("train", "--preset", "digits", "--loop", "custom",
+                                    "--set", "train.precision=mixed_float16", "--epochs", "5",
+                                    "--set", "horovod.cycle_time_ms=2", "--timeline",
+                                    str(timeline), "--run-dir", str(run_dir)))
+    assert_ok(job, "mixed_float16 digits")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_eval_accuracy"] >= 0.95, summary   # the float32 bar
+    assert (summary["loop"], summary["precision"]) == ("custom", "mixed_float16")
+    # Rank 0 alone prints the settings in force, then one line per epoch.
+    assert job.output.count("  loop  custom, mixed_float16") == 1, job.output
+    assert f"horovod fusion 128 MB, cycle 2 ms, autotune off, timeline {timeline}" in job.output
+    assert re.findall(r"^epoch (\d)/5 +loss", job.output, re.M) == ["1", "2", "3", "4", "5"]
+    # The same outputs as fit writes.
+    epochs = [json.loads(l)["epoch"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3, 4, 5]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "epoch-0003", "epoch-0004", "epoch-0005"]
+    assert (run_dir / "model").is_dir()
+    count, _ = gradient_allreduces(timeline)  # Chrome trace JSON, written by rank 0
+    assert count == 8 * 23 * 5   # 8 gradient tensors (cnn: 4 layers) x 23 steps x 5 epochs
+
+
+def test_sparse_as_dense_reduces_embedding_gradients_densely_to_the_same_result(tmp_path):
+    # horovodrun --gloo, the embedding model (sparse gradients) on digits, custom loop. Sparse:
+    # Horovod all-gathers the embedding gradient's rows; dense: one all-reduce of the table.
+    args = [*CUSTOM, "--set", "model.name=embedding", "--set", "train.epochs=2",
+            "--set", "optim.name=adam", "--set", "optim.lr=0.01", "--set", "run.tensorboard=false",
+            "--set", "run.export=false"]
+    runs = {}
+    for dense in ("false", "true"):
+        timeline = tmp_path / f"dense-{dense}.json"
+        ranks = train("gloo", 2, tmp_path / dense, "--preset", "digits", *args,
+                      "--set", f"horovod.sparse_as_dense={dense}",
+                      "--set", f"horovod.timeline={timeline}")
+        assert_same(ranks[0], ranks[1], atol=0)
+        summary = json.loads((tmp_path / dense / "summary.json").read_text())
+        runs[dense] = (ranks[0], summary, gradient_allreduces(timeline, "ALLGATHER")[0],
+                       gradient_allreduces(timeline)[0])
+    (sparse, sparse_summary, sparse_gathers, sparse_reduces), (dense, dense_summary,
+                                                                dense_gathers, dense_reduces) = (
+        runs["false"], runs["true"])
+    steps = 2 * 23
+    assert sparse_gathers >= steps and dense_gathers == 0   # embedding rows all-gathered ...
+    assert dense_reduces == sparse_reduces + steps          # ... or the table all-reduced
+    print("sparse_as_dense vs sparse, largest weight difference:",
+          assert_same(dense, sparse, atol=1e-5))
+    assert dense_summary["final_eval_accuracy"] > 0.9       # the embedding model learns
+
+
+def test_adasum_on_three_ranks_stops_every_rank_before_training(tmp_path):
+    # mpirun -np 3 (oversubscribed on 2 cores): a clear error, exit 2, no run directory.
+    run_dir = tmp_path / "run"
+    job = launch("mpi", 3, hvdtrain("train", "--preset", "synthetic-mlp", "--loop", "custom",
+                                    "--set", "horovod.op=adasum", "--run-dir", str(run_dir)),
+                 timeout=120)
+    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
+    assert len(errors) == 1, job.output
+    assert "power-of-two number of ranks, got 3" in errors[0]
+    assert job.returncode == 2 and "Traceback" not in job.output
+    assert not run_dir.exists()

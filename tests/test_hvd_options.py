@@ -1,0 +1,101 @@
+"""Horovod's options without Horovod: the HOROVOD_* variables set from the config, the values
+reported in force, what the fit loop refuses, and what a world size or controller refuses."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hvdtrain import cli, config, hvd_options, presets
+from hvdtrain.config import HorovodConfig
+from hvdtrain.errors import UserError
+
+
+def test_defaults_set_no_variable_so_the_launcher_settings_stay():
+    assert hvd_options.runtime_env(HorovodConfig()) == {}
+
+
+def test_each_option_sets_its_variable(tmp_path):
+    env = hvd_options.runtime_env(HorovodConfig(
+        fusion_threshold_mb=64, cycle_time_ms=2.5, autotune=True, timeline="t.json"))
+    assert env == {"HOROVOD_FUSION_THRESHOLD": str(64 * 1024 * 1024),
+                   "HOROVOD_CYCLE_TIME": "2.5", "HOROVOD_AUTOTUNE": "1",
+                   "HOROVOD_TIMELINE": os.path.abspath("t.json")}
+    assert hvd_options.runtime_env(HorovodConfig(fusion_threshold_mb=0)) == {
+        "HOROVOD_FUSION_THRESHOLD": "0"}   # 0 turns fusion off, it is not "unset"
+
+
+def test_values_in_force_whoever_set_them():
+    assert hvd_options.in_force({}) == ("fusion 128 MB, cycle 1 ms, autotune off, "
+                                        "timeline off")
+    launcher_set = {"HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_CYCLE_TIME": "5",
+                    "HOROVOD_AUTOTUNE": "1", "HOROVOD_TIMELINE": "/tmp/t.json"}
+    assert hvd_options.in_force(launcher_set) == ("fusion 0 MB (off), cycle 5 ms, "
+                                                  "autotune on, timeline /tmp/t.json")
+    ours = hvd_options.runtime_env(HorovodConfig(fusion_threshold_mb=32, cycle_time_ms=3))
+    assert hvd_options.in_force(ours).startswith("fusion 32 MB, cycle 3 ms")
+
+
+@pytest.mark.parametrize("size, controller, fragment", [
+    (3, "mpi", "power-of-two number of ranks, got 3: launch 2 or 4 ranks"),
+    (6, "mpi", "got 6: launch 4 or 8 ranks"),
+    (2, "gloo", "needs Horovod's MPI controller"),
+])
+def test_adasum_refuses_worlds_it_cannot_run(size, controller, fragment):
+    problem = hvd_options.world_problem(HorovodConfig(op="adasum"), size, controller)
+    assert problem and fragment in problem
+
+
+@pytest.mark.parametrize("size, controller", [(1, "gloo"), (2, "mpi"), (4, "mpi"), (8, "mpi")])
+def test_adasum_accepts_powers_of_two_over_mpi(size, controller):
+    assert hvd_options.world_problem(HorovodConfig(op="adasum"), size, controller) is None
+
+
+def test_average_runs_anywhere():
+    assert hvd_options.world_problem(HorovodConfig(), 3, "gloo") is None
+
+
+@pytest.mark.parametrize("assignment, fragment", [
+    ("horovod.op=adasum", "rejects op=Adasum"),
+    ("horovod.backward_passes_per_step=2", "backward_passes_per_step>1 needs the custom loop"),
+    ("horovod.join_uneven=true", "join_uneven=true needs the custom loop"),
+    ("train.precision=mixed_float16", "mixed_float16 needs the custom loop"),
+])
+def test_fit_refuses_what_only_the_custom_loop_does(assignment, fragment):
+    with pytest.raises(UserError, match="pass --loop custom") as err:
+        presets.build_config("digits", None, [assignment])
+    assert fragment in str(err.value)
+    cfg = presets.build_config("digits", None, [assignment, "train.loop=custom"])
+    assert cfg.train.loop == "custom"
+
+
+@pytest.mark.parametrize("assignment, fragment", [
+    ("horovod.compression=gzip", "is not one of none, fp16"),
+    ("horovod.op=sum", "is not one of average, adasum"),
+    ("horovod.backward_passes_per_step=0", "must be > 0"),
+    ("horovod.fusion_threshold_mb=-2", "must be >= 0 (or -1"),
+    ("horovod.cycle_time_ms=0", "must be > 0 (or -1"),
+    ("train.loop=keras", "is not one of fit, custom"),
+    ("train.precision=float16", "is not one of float32, mixed_float16"),
+])
+def test_bad_horovod_values_are_user_errors(assignment, fragment):
+    with pytest.raises(UserError, match=fragment.replace("(", r"\(")):
+        presets.build_config("digits", None, [assignment])
+
+
+def test_loop_and_timeline_flags_are_config_shortcuts():
+    args = cli._parser().parse_args(["train", "--loop", "custom", "--timeline", "tl.json"])
+    cfg = cli._train_config(args)
+    assert (cfg.train.loop, cfg.horovod.timeline) == ("custom", "tl.json")
+
+
+def test_adasum_with_fit_exits_2_with_one_line_before_any_work(capsys):
+    assert cli.run(["train", "--set", "horovod.op=adasum"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Keras DistributedOptimizer rejects op=Adasum" in err[0], err
+
+
+def test_a_saved_config_with_horovod_options_loads_back():
+    cfg = presets.build_config("digits", None, ["train.loop=custom", "horovod.op=adasum",
+                                                "horovod.compression=fp16"])
+    assert config.from_dict(config.to_dict(cfg)) == cfg
