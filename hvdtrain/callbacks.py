@@ -3,6 +3,7 @@ first those every rank runs (they contain collectives), then rank 0's printing a
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Callable
 import tensorflow as tf
 
 from hvdtrain import checkpoints, schedules
+from hvdtrain.errors import UserError
 
 
 class LearningRateSchedule(tf.keras.callbacks.Callback):
@@ -138,13 +140,60 @@ class MetricsLog(tf.keras.callbacks.Callback):
 
 
 class Checkpointer(tf.keras.callbacks.Callback):
-    """Writes a checkpoint after every epoch (rank 0), atomically, keeping the last ``keep``."""
+    """Writes a checkpoint after every epoch, atomically, keeping the last ``keep``.
 
-    def __init__(self, checkpoint: tf.train.Checkpoint, run_dir: Path, keep: int):
+    Every rank runs it: rank 0 writes, then ``agree`` (a collective) gives rank 0's failure (a
+    full or read-only disk) to every rank, so all stop together instead of waiting for rank 0
+    in the next all-reduce. The checkpoints already written stay as they were.
+    """
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, run_dir: Path, keep: int, *,
+                 is_chief: bool, agree: Callable[[str | None], None]):
         super().__init__()
         self.checkpoint, self.run_dir, self.keep = checkpoint, run_dir, keep
+        self.is_chief, self.agree = is_chief, agree
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        metrics = {k: float(v) for k, v in (logs or {}).items()}
-        checkpoints.save(self.checkpoint, self.run_dir, epoch + 1, {"metrics": metrics},
-                         self.keep)
+        problem = None
+        if self.is_chief:
+            metrics = {k: float(v) for k, v in (logs or {}).items()}
+            try:
+                checkpoints.save(self.checkpoint, self.run_dir, epoch + 1,
+                                 {"metrics": metrics}, self.keep)
+            except checkpoints.WriteFailed as e:
+                problem = str(e)
+        self.agree(problem)
+
+
+class StopOnNonFiniteLoss(tf.keras.callbacks.Callback):
+    """Stops every rank, before anything of the epoch is written, when the epoch's loss
+    (already averaged over ranks, so the same number everywhere) is NaN or infinite."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__()
+        self.run_dir = run_dir
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        loss = float((logs or {}).get("loss", 0.0))
+        if math.isfinite(loss):
+            return
+        found = checkpoints.latest(self.run_dir)
+        kept = (f"the last good checkpoint, {found[1]}, is kept" if found
+                else "no checkpoint was written")
+        raise UserError(f"training diverged: the loss is {loss} in epoch {epoch + 1}; {kept}: "
+                        f"lower optim.lr (or raise optim.warmup_epochs) and resume with "
+                        f"--resume", shared=True)
+
+
+class CommitEachEpoch(tf.keras.callbacks.Callback):
+    """Elastic training: at each epoch end, records the epoch and commits ``state`` (weights,
+    optimizer, epoch) in memory. A lost worker rolls the others back to this point; a worker
+    added waits for it to join."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.state.epoch = epoch + 1
+        self.state.commit()  # may raise Horovod's HostsUpdatedInterrupt: the elastic loop resets
