@@ -24,8 +24,20 @@ BAR = 0.95      # eval accuracy of the digits CNN after 10 epochs (test_multiran
 MLP_BAR = 0.93  # digits-mlp's final eval accuracy swings by 2 to 3 points between epochs
 
 
-def rank_pid(variable: str) -> int:
-    """The pid of the hvdtrain rank whose environment holds ``variable`` (e.g. HOROVOD_RANK=1)."""
+def descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
+def rank_pid(launcher_pid: int, variable: str) -> int:
+    """The pid of the hvdtrain rank started by ``launcher_pid`` (other jobs may run on this
+    machine) whose environment holds ``variable`` (e.g. HOROVOD_RANK=1)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -35,13 +47,18 @@ def rank_pid(variable: str) -> int:
         except OSError:
             continue
         if (b"bin/hvdtrain" in cmdline and b"horovodrun" not in cmdline
-                and variable.encode() in environ):
+                and variable.encode() in environ and descends_from(int(entry), launcher_pid)):
             return int(entry)
-    raise AssertionError(f"no hvdtrain rank with {variable}")
+    raise AssertionError(f"no hvdtrain rank with {variable} under pid {launcher_pid}")
+
+
+def kill_rank(variable: str):
+    """An action for run_and_act: SIGKILL the launched job's rank with ``variable``."""
+    return lambda proc: os.kill(rank_pid(proc.pid, variable), signal.SIGKILL)
 
 
 def run_and_act(command: list[str], trigger: str, act, timeout: float = 300):
-    """Runs ``command``, calls ``act()`` once a line matches ``trigger``; returns
+    """Runs ``command``, calls ``act(process)`` once a line matches ``trigger``; returns
     (exit status, output, seconds from the action to the exit)."""
     proc = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
@@ -51,7 +68,7 @@ def run_and_act(command: list[str], trigger: str, act, timeout: float = 300):
         for line in proc.stdout:
             lines.append(line)
             if acted_at is None and re.search(trigger, line):
-                act()
+                act(proc)
                 acted_at = time.monotonic()
             assert time.monotonic() < deadline, "".join(lines[-50:])
         proc.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -76,7 +93,7 @@ def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path
     variable = "HOROVOD_RANK=1" if launcher == "gloo" else "OMPI_COMM_WORLD_RANK=1"
     status, output, seconds = run_and_act(
         launch_command(launcher, 2, args), r"epoch +3/10",
-        lambda: os.kill(rank_pid(variable), signal.SIGKILL))
+        kill_rank(variable))
     assert status != 0 and seconds < 60, (status, seconds, output[-3000:])
     named = (r"Process 1 exit with status code 137" if launcher == "gloo"
              else r"process rank 1 with PID \d+ on node \S+ exited on signal 9")
@@ -156,10 +173,10 @@ def build(input_shape, num_classes):
 """
 
 
-@pytest.mark.skip(reason="not yet passing: with rank 1 hung in a py_function, the job did not "
-                         "abort within 90 s under horovodrun (stall settings 2 s / 6 s, with "
-                         "and without HOROVOD_CACHE_CAPACITY=0); to be investigated")
-def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(launcher, tmp_path):
+def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(tmp_path):
+    # MPI only: under horovodrun --gloo, Horovod 0.28.1's stall check neither warns nor shuts
+    # down (measured: a rank sleeping before an allreduce is simply waited for), see README.
+    launcher = "mpi"
     (tmp_path / "stalls.py").write_text(STALLS)
     job = launch(launcher, 2, hvdtrain("train", *QUICK, "--model", "stalls:build",
                                        "--epochs", "5", "--run-dir", str(tmp_path / "run"),
@@ -192,7 +209,7 @@ def test_elastic_goes_on_without_a_killed_worker(tmp_path):
     run_dir = tmp_path / "run"
     status, output, _ = run_and_act(
         elastic_command(hosts, 3, run_dir, "--epochs", "8"), r"epoch +2/8",
-        lambda: os.kill(rank_pid("HOROVOD_HOSTNAME=127.0.0.1"), signal.SIGKILL))
+        kill_rank("HOROVOD_HOSTNAME=127.0.0.1"))
     assert status == 0, output[-4000:]
     assert re.search(r"elastic: now 2 ranks \(was 3\), going on from epoch [23]", output), output
     summary = summary_of(run_dir)
@@ -208,7 +225,7 @@ def test_elastic_takes_in_an_added_worker_at_the_next_commit(tmp_path):
     status, output, _ = run_and_act(
         elastic_command(hosts, 2, run_dir, "--epochs", "12", "--batch-size", "8",
                         "--lr", "0.0125"), r"epoch +1/12",
-        lambda: hosts.write_text("localhost:2\n127.0.0.1:1\n"))
+        lambda _: hosts.write_text("localhost:2\n127.0.0.1:1\n"))
     assert status == 0, output[-4000:]
     joined = re.search(r"elastic: now 3 ranks \(was 2\), going on from epoch (\d+), peak lr "
                        r"([\d.]+)", output)
