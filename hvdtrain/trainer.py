@@ -144,12 +144,21 @@ class Trainer:
             p.checkpoint, p.run_dir, cfg.run.keep_checkpoints, is_chief=world.is_chief,
             agree=lambda problem: dist.agree_or_fail(problem, self.world)), *extra]
 
+        # Horovod's stall check is inert under Gloo (it works under MPI): bound the wait here.
+        watchdog = (callbacks.StallWatchdog(cfg.run.stall_abort_s, world.rank)
+                    if world.controller == "gloo" and world.size > 1 and cfg.run.stall_abort_s
+                    else None)
         final_logs = dict(p.restored_metrics)
         if p.start_epoch < cfg.train.epochs:
-            history = p.model.fit(
-                stream.dataset, epochs=cfg.train.epochs, initial_epoch=p.start_epoch,
-                steps_per_epoch=steps, verbose=0,
-                callbacks=every_rank + (chief_only if world.is_chief else []) + last)
+            try:
+                history = p.model.fit(
+                    stream.dataset, epochs=cfg.train.epochs, initial_epoch=p.start_epoch,
+                    steps_per_epoch=steps, verbose=0,
+                    callbacks=every_rank + (chief_only if world.is_chief else []) + last
+                    + ([watchdog] if watchdog else []))
+            finally:
+                if watchdog:
+                    watchdog.stop()
             final_logs = {k: float(v[-1]) for k, v in history.history.items()}
         else:
             self.say(f"nothing to train: {p.run_dir} is at epoch {p.start_epoch} of "

@@ -173,10 +173,7 @@ def build(input_shape, num_classes):
 """
 
 
-def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(tmp_path):
-    # MPI only: under horovodrun --gloo, Horovod 0.28.1's stall check neither warns nor shuts
-    # down (measured: a rank sleeping before an allreduce is simply waited for), see README.
-    launcher = "mpi"
+def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(launcher, tmp_path):
     (tmp_path / "stalls.py").write_text(STALLS)
     job = launch(launcher, 2, hvdtrain("train", *QUICK, "--model", "stalls:build",
                                        "--epochs", "5", "--run-dir", str(tmp_path / "run"),
@@ -184,11 +181,17 @@ def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(tmp_path):
                                        "--set", "run.stall_abort_s=6"),
                  env={"PYTHONPATH": str(tmp_path)}, timeout=90)
     assert job.returncode != 0 and job.seconds < 60, job.output[-3000:]
-    # Horovod's own report names the rank that did not submit (1, marked "!") and the tensor.
-    assert "Missing ranks:" in job.output, job.output[-3000:]
-    assert re.search(r"^\S*1!: \[\S*Allreduce", job.output, re.M), job.output[-3000:]
-    assert "stalled for longer than 6 seconds" in job.output
-    assert "another rank died or stalled" in job.output
+    if launcher == "mpi":
+        # Horovod's report names the rank that did not submit (1, marked "!") and the tensor.
+        assert "Missing ranks:" in job.output, job.output[-3000:]
+        assert re.search(r"^1!: \[\S*Allreduce", job.output, re.M), job.output[-3000:]
+        assert "stalled for longer than 6 seconds" in job.output
+        assert "another rank died or stalled" in job.output
+    else:
+        # Under Gloo, Horovod's stall check does nothing (measured with 0.28.1): hvdtrain's own
+        # watchdog ends the waiting ranks; it cannot tell which rank stalled.
+        assert "Missing ranks:" not in job.output
+        assert re.search(r"rank \d: no training step finished in 6 s", job.output), job.output
 
 
 # ---------------------------------------------------------------------------------------------
