@@ -3,7 +3,10 @@ first those every rank runs (they contain collectives), then rank 0's printing a
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -11,6 +14,7 @@ from typing import Callable
 import tensorflow as tf
 
 from hvdtrain import checkpoints, schedules
+from hvdtrain.errors import UserError
 
 
 class LearningRateSchedule(tf.keras.callbacks.Callback):
@@ -138,13 +142,101 @@ class MetricsLog(tf.keras.callbacks.Callback):
 
 
 class Checkpointer(tf.keras.callbacks.Callback):
-    """Writes a checkpoint after every epoch (rank 0), atomically, keeping the last ``keep``."""
+    """Writes a checkpoint after every epoch, atomically, keeping the last ``keep``.
 
-    def __init__(self, checkpoint: tf.train.Checkpoint, run_dir: Path, keep: int):
+    Every rank runs it: rank 0 writes, then ``agree`` (a collective) gives rank 0's failure (a
+    full or read-only disk) to every rank, so all stop together instead of waiting for rank 0
+    in the next all-reduce. The checkpoints already written stay as they were.
+    """
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, run_dir: Path, keep: int, *,
+                 is_chief: bool, agree: Callable[[str | None], None]):
         super().__init__()
         self.checkpoint, self.run_dir, self.keep = checkpoint, run_dir, keep
+        self.is_chief, self.agree = is_chief, agree
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        metrics = {k: float(v) for k, v in (logs or {}).items()}
-        checkpoints.save(self.checkpoint, self.run_dir, epoch + 1, {"metrics": metrics},
-                         self.keep)
+        problem = None
+        if self.is_chief:
+            metrics = {k: float(v) for k, v in (logs or {}).items()}
+            try:
+                checkpoints.save(self.checkpoint, self.run_dir, epoch + 1,
+                                 {"metrics": metrics}, self.keep)
+            except checkpoints.WriteFailed as e:
+                problem = str(e)
+        self.agree(problem)
+
+
+class StopOnNonFiniteLoss(tf.keras.callbacks.Callback):
+    """Stops every rank, before anything of the epoch is written, when the epoch's loss
+    (already averaged over ranks, so the same number everywhere) is NaN or infinite."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__()
+        self.run_dir = run_dir
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        loss = float((logs or {}).get("loss", 0.0))
+        if math.isfinite(loss):
+            return
+        found = checkpoints.latest(self.run_dir)
+        kept = (f"the last good checkpoint, {found[1]}, is kept" if found
+                else "no checkpoint was written")
+        raise UserError(f"training diverged: the loss is {loss} in epoch {epoch + 1}; {kept}: "
+                        f"lower optim.lr (or raise optim.warmup_epochs) and resume with "
+                        f"--resume", shared=True)
+
+
+class StallWatchdog(tf.keras.callbacks.Callback):
+    """Ends this process when no training step (or epoch end) has finished for ``seconds``.
+
+    For Gloo, where Horovod's own stall check does nothing: a rank waiting forever in an
+    all-reduce for a stalled peer would otherwise hang the job. The launcher then stops the
+    other ranks. Call ``stop()`` when fit returns, however it returns.
+    """
+
+    def __init__(self, seconds: float, rank: int, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.seconds, self.rank, self.clock = seconds, rank, clock
+        self._last = clock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._last = self.clock()
+        self._thread.start()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._last = self.clock()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._last = self.clock()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(min(1.0, self.seconds / 4)):
+            if self.clock() - self._last > self.seconds:
+                print(f"hvdtrain: error: rank {self.rank}: no training step finished in "
+                      f"{self.seconds:g} s (run.stall_abort_s): a rank stalled or a collective "
+                      f"hangs; stopping. Under mpirun Horovod's stall check names the rank",
+                      file=sys.stderr, flush=True)
+                os._exit(STALL_EXIT_CODE)
+
+
+STALL_EXIT_CODE = 1
+
+
+class CommitEachEpoch(tf.keras.callbacks.Callback):
+    """Elastic training: at each epoch end, records the epoch and commits ``state`` (weights,
+    optimizer, epoch) in memory. A lost worker rolls the others back to this point; a worker
+    added waits for it to join."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.state.epoch = epoch + 1
+        self.state.commit()  # may raise Horovod's HostsUpdatedInterrupt: the elastic loop resets

@@ -42,21 +42,39 @@ def latest(run_dir: str | Path) -> tuple[int, Path] | None:
     return done[-1] if done else None
 
 
+class WriteFailed(UserError):
+    """A checkpoint could not be written (disk full, directory read-only)."""
+
+
 def save(checkpoint: tf.train.Checkpoint, run_dir: str | Path, epochs_done: int,
          meta: dict, keep: int) -> Path:
     root = directory(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"epoch-{epochs_done:04d}"
     tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    checkpoint.write(str(tmp / "ckpt"))
-    _write_json(tmp / "meta.json", {"epochs_done": epochs_done, **meta})
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _remove_unfinished(root)
+        checkpoint.write(str(tmp / "ckpt"))
+        _write_json(tmp / "meta.json", {"epochs_done": epochs_done, **meta})
+    except (OSError, tf.errors.OpError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # never leave a half-written one behind
+        reason = getattr(e, "strerror", None) or getattr(e, "message", "") or str(e)
+        raise WriteFailed(f"cannot write checkpoint {final}: {reason.strip().splitlines()[0]}; "
+                          f"the earlier checkpoints are intact: free space or fix the "
+                          f"permissions, then --resume") from None
     if final.exists():  # the same epoch trained again: the new one replaces it
         shutil.rmtree(final)
     os.rename(tmp, final)
     for _, old in completed(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _remove_unfinished(root: Path) -> None:
+    """Deletes temporary directories left by a writer that died mid-write (rank 0 alone
+    writes, so none of them is still being written)."""
+    for entry in root.glob(".epoch-*.tmp-*"):
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def restore(checkpoint: tf.train.Checkpoint, path: Path) -> None:

@@ -25,6 +25,7 @@ SHORTCUTS = {"run_dir": ("run", "run_dir"), "epochs": ("train", "epochs"),
              "loop": ("train", "loop"), "timeline": ("horovod", "timeline")}
 
 SHARED_ERROR_GRACE_S = 3.0
+LOST_A_RANK_EXIT_CODE = 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true",
                        help="continue from the latest checkpoint in the run dir (starts at "
                             "epoch 1 if there is none yet)")
+    train.add_argument("--elastic", action="store_true",
+                       help="elastic training under horovodrun --min-np/--max-np "
+                            "--host-discovery-script (Gloo): go on when workers are lost or "
+                            "added, from the last epoch committed")
     train.add_argument("--run-dir", help="= --set run.run_dir=...")
     train.add_argument("--epochs", type=int, help="= --set train.epochs=...")
     train.add_argument("--batch-size", type=int, help="= --set train.batch_size=... (per rank)")
@@ -109,16 +114,30 @@ def run(argv: Sequence[str] | None = None) -> int:
         _quiet_tensorflow()
         from hvdtrain import dist, trainer  # TensorFlow and Horovod load here, not at import
 
+        elastic = args.command == "train" and args.elastic
         world = dist.init(device=cfg.run.device, intra_op_threads=cfg.run.intra_op_threads,
                           inter_op_threads=cfg.run.inter_op_threads,
                           # eval must not overwrite the training run's timeline
-                          options=cfg.horovod if args.command == "train" else None)
-        if args.command == "train":
-            trainer.Trainer(cfg, world, resume=args.resume).train()
-        else:
-            result = trainer.Trainer(cfg, world).evaluate_checkpoint(Path(args.run_dir))
-            if world.is_chief:
-                print(json.dumps(result))
+                          options=cfg.horovod if args.command == "train" else None,
+                          stall_warning_s=cfg.run.stall_warning_s,
+                          stall_abort_s=cfg.run.stall_abort_s, elastic=elastic)
+        try:
+            if not elastic:  # elastic: checked at every (re)start, inside the elastic loop
+                dist.check_same_config(config_lib.to_dict(cfg), world)
+            if args.command == "train":
+                trainer.Trainer(cfg, world, resume=args.resume, elastic=elastic).train()
+            else:
+                result = trainer.Trainer(cfg, world).evaluate_checkpoint(Path(args.run_dir))
+                if world.is_chief:
+                    print(json.dumps(result))
+        except Exception as e:
+            if not dist.lost_a_rank(e):
+                raise
+            print(f"hvdtrain: error: rank {world.rank}: another rank died or stalled in the "
+                  f"middle of a collective, so Horovod shut down (the launcher's report names "
+                  f"the rank); continue from the last checkpoint with --resume",
+                  file=sys.stderr, flush=True)
+            return LOST_A_RANK_EXIT_CODE
         return 0
     except UserError as e:
         if placement.launcher_rank() == 0 or not e.shared:

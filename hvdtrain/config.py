@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
+import json
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -147,6 +149,11 @@ class RunConfig:
     export: bool = _help("save the trained model to run_dir/model (SavedModel)", default=True)
     progress_every_s: float = _help("within an epoch, print a progress line every this many "
                                     "seconds; 0: one line per epoch only", default=30.0)
+    stall_warning_s: int = _help("Horovod's stall check: warn, naming the tensor and the missing "
+                                 "ranks, when some ranks wait this long for the others in a "
+                                 "collective", default=60)
+    stall_abort_s: int = _help("abort the job when ranks wait this long in a collective "
+                               "(>= stall_warning_s); 0: wait forever", default=600)
 
     def __post_init__(self) -> None:
         _one_of("run.device", self.device, DEVICES)
@@ -156,6 +163,10 @@ class RunConfig:
         _positive("run.keep_checkpoints", self.keep_checkpoints)
         if self.progress_every_s < 0:
             raise UserError(f"run.progress_every_s must be >= 0, got {self.progress_every_s}")
+        _positive("run.stall_warning_s", self.stall_warning_s)
+        if self.stall_abort_s and self.stall_abort_s < self.stall_warning_s:
+            raise UserError(f"run.stall_abort_s={self.stall_abort_s} must be 0 (never) or >= "
+                            f"run.stall_warning_s={self.stall_warning_s}")
 
 
 @dataclass(frozen=True)
@@ -375,6 +386,24 @@ def to_dict(config: Config) -> dict[str, Any]:
     out: dict[str, Any] = {"preset": config.preset}
     for section in SECTIONS:
         out[section] = {k: plain(v) for k, v in dataclasses.asdict(getattr(config, section)).items()}
+    return out
+
+
+def fingerprint(values: Mapping[str, Any]) -> str:
+    """A short hash of a config's plain values (``to_dict``), equal on ranks that agree."""
+    text = json.dumps(values, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def differences(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
+    """``section.key`` (or top-level key) of every value that differs between two ``to_dict``s."""
+    out = []
+    for name in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(name), theirs.get(name)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += [f"{name}.{key}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+        elif a != b:
+            out.append(name)
     return out
 
 

@@ -142,6 +142,13 @@ def _read_npz(path: str) -> Arrays:
     if not np.issubdtype(x.dtype, np.number) or x.ndim < 2:
         raise UserError(f"{path}: x must be numeric with one row per sample, got {x.dtype} of "
                         f"shape {x.shape}")
+    if np.issubdtype(x.dtype, np.inexact):
+        finite = np.isfinite(x).reshape(len(x), -1).all(axis=1)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            raise UserError(f"{path}: x holds NaN or infinite values in {len(bad)} samples "
+                            f"(the first is sample {bad[0]}): they would turn every weight "
+                            f"into NaN; drop or fix those samples")
     scale = 1.0 / 255.0 if x.dtype == np.uint8 else 1.0
     return Arrays((x * scale).astype(np.float32), y.astype(np.int32))
 

@@ -6,10 +6,11 @@ collectives can later sit beside the Keras 2 one kept here.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -18,10 +19,15 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 # Horovod: the Keras 2 wrapper (tf.keras in TF 2.15): DistributedOptimizer and callbacks.
 import horovod.tensorflow.keras as hvd_keras
+# Horovod: the error a collective raises when a peer died mid-operation.
+from horovod.common.exceptions import HorovodInternalError
 
+from hvdtrain import config as config_lib
 from hvdtrain import hvd_options, placement
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,16 +46,36 @@ class World:
         return self.rank == 0
 
 
+def set_horovod_env(options: HorovodConfig, *, stall_warning_s: int = 60,
+                    stall_abort_s: int = 600) -> None:
+    """The HOROVOD_* settings hvdtrain takes from its config. Horovod reads them once, inside
+    hvd.init(), so they must be in os.environ before it."""
+    # Horovod: the stall check warns, naming the tensor and the ranks that never submitted it,
+    # once some ranks have waited this long in a collective ...
+    os.environ["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(stall_warning_s)
+    # Horovod: ... and shuts the job down after this long (0: never), so a stalled rank cannot
+    # hold the others in a collective forever.
+    os.environ["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(stall_abort_s)
+    # Horovod: fusion threshold, cycle time, autotune and timeline, where the config sets them.
+    os.environ.update(hvd_options.runtime_env(options))
+
+
 def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: int = 0,
-         options: HorovodConfig | None = None) -> World:
+         options: HorovodConfig | None = None, stall_warning_s: int = 60,
+         stall_abort_s: int = 600, elastic: bool = False) -> World:
     """Starts Horovod and places this rank: one GPU by local rank, or the CPU with its share of
-    threads. Must run before TensorFlow executes its first op."""
+    threads. Must run before TensorFlow executes its first op.
+
+    ``elastic``: a worker may join a running job, whose ranks are then busy syncing state, so
+    no collective may run here: a placement problem is raised on this rank alone.
+    """
     # Horovod's Gloo would abort inside init() on a host whose name resolves to loopback: say so.
     problem = placement.gloo_host_name_problem(os.environ, socket.gethostname(),
                                                socket.gethostbyname)
     if problem:
         raise UserError(problem)
-    set_horovod_runtime_env(options or HorovodConfig())
+    set_horovod_env(options or HorovodConfig(), stall_warning_s=stall_warning_s,
+                    stall_abort_s=stall_abort_s)
     # Horovod: one process per device; init() joins the ring built by horovodrun/mpirun.
     hvd.init()
     rank, size = hvd.rank(), hvd.size()  # Horovod: this process's place in the job
@@ -78,18 +104,59 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     # Horovod: which controller the launcher chose (mpirun: MPI; horovodrun --gloo: Gloo).
     controller = "mpi" if hvd.mpi_enabled() and not hvd.gloo_enabled() else "gloo"
     world = World(rank, size, local_rank, local_size, controller, placed, intra, inter)
-    agree_or_fail(problem, world)
+    if elastic and problem:
+        raise UserError(problem)
+    if not elastic:
+        agree_or_fail(problem, world)
     return world
-
-
-def set_horovod_runtime_env(options: HorovodConfig) -> None:
-    # Horovod: fusion threshold, cycle time, autotune and timeline are read from HOROVOD_*
-    # variables once, inside hvd.init(): they must be in os.environ before it.
-    os.environ.update(hvd_options.runtime_env(options))
 
 
 def horovod_settings_in_force() -> str:
     return hvd_options.in_force(os.environ)  # what hvd.init() read (see above)
+
+
+def refresh_world(world: World) -> World:
+    """The same process after an elastic reset: its rank and the world size may have changed."""
+    # Horovod: after a reset, hvd.init() has rebuilt the ring with the workers left (or added).
+    return dataclasses.replace(world, rank=hvd.rank(), size=hvd.size(),
+                               local_rank=hvd.local_rank(), local_size=hvd.local_size())
+
+
+def check_same_config(values: dict, world: World) -> None:
+    """Stops every rank when any was started with a config other than rank 0's (a TOML file
+    that differs between hosts, say): ranks would otherwise train with different settings."""
+    if world.size == 1:
+        return
+    # Horovod: rank 0's config reaches every rank, which compares its hash with its own.
+    root = hvd.broadcast_object(values, root_rank=0, name="hvdtrain_config")
+    problem = None
+    if config_lib.fingerprint(values) != config_lib.fingerprint(root):
+        keys = config_lib.differences(values, root)
+        problem = (f"the config differs from rank 0's (hash {config_lib.fingerprint(values)} vs "
+                   f"{config_lib.fingerprint(root)}, in {', '.join(keys)}): start every rank "
+                   f"with the same arguments and config file")
+    agree_or_fail(problem, world)
+
+
+def lost_a_rank(error: BaseException) -> bool:
+    """True for the error a rank gets when another rank died (or the stall check gave up)
+    while it waited in a collective."""
+    # Horovod: its background thread shuts down and fails every pending collective.
+    return isinstance(error, HorovodInternalError) or (
+        isinstance(error, tf.errors.OpError) and "Horovod has been shut down" in str(error))
+
+
+def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
+                  **values: Any) -> Any:
+    # Horovod: what elastic training commits in memory and syncs to new workers: weights,
+    # optimizer slots and plain values (the epoch, the run directory).
+    return hvd_keras.elastic.KerasState(model, optimizer=optimizer, **values)
+
+
+def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
+    # Horovod: re-runs ``train`` after a worker is lost (state rolled back to the last commit)
+    # or added (at the next commit), each time on the new ring, after syncing state from rank 0.
+    return hvd_keras.elastic.run(train)
 
 
 def agree_or_fail(problem: str | None, world: World) -> None:

@@ -13,7 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -24,6 +24,15 @@ from hvdtrain.config import Config, to_dict
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Fitted:
+    final_logs: dict
+    final_eval: dict
+    throughput: callbacks.Throughput
+    steps: int
+    peak_lr: float
 
 
 @dataclass(frozen=True)
@@ -38,9 +47,11 @@ class Prepared:
 
 
 class Trainer:
-    def __init__(self, config: Config, world: dist.World, *, resume: bool = False):
-        self.config, self.world, self.resume = config, world, resume
+    def __init__(self, config: Config, world: dist.World, *, resume: bool = False,
+                 elastic: bool = False):
+        self.config, self.world, self.resume, self.elastic = config, world, resume, elastic
         self.model: tf.keras.Model | None = None   # the trained model, once train() returns
+        self.world_sizes: list[int] = []  # elastic: the world size of each (re)start
 
     def say(self, message: str) -> None:
         if self.world.is_chief:
@@ -50,60 +61,18 @@ class Trainer:
     def train(self) -> dict:
         """Trains to ``train.epochs`` and returns the summary that rank 0 writes to summary.json."""
         started = time.perf_counter()
-        cfg, world = self.config, self.world
-        # Horovod: options this world cannot run (Adasum on 3 ranks) stop every rank up front.
-        dist.agree_or_fail(hvd_options.world_problem(cfg.horovod, world.size, world.controller),
-                           world)
-        p = self.prepare()
-        self.model = p.model
-        stream = data.train_dataset(
-            p.dataset.train, rank=world.rank, size=world.size, batch_size=cfg.train.batch_size,
-            first_epoch=p.start_epoch, epochs=cfg.train.epochs, seed=cfg.train.seed,
-            shuffle=cfg.data.shuffle, shuffle_buffer=cfg.data.shuffle_buffer,
-            pad=not cfg.horovod.join_uneven)
-        steps = stream.steps_per_epoch
-        # The schedule counts optimizer updates: one per backward_passes_per_step batches.
-        updates = math.ceil(steps / cfg.horovod.backward_passes_per_step)
-        peak_lr = schedules.scaled_lr(cfg.optim.lr, world.size, cfg.optim.lr_scaling)
-        self._banner(p, steps, peak_lr)
-
-        lr = callbacks.LearningRateSchedule(
-            base_lr=cfg.optim.lr, peak_lr=peak_lr,
-            warmup_steps=round(cfg.optim.warmup_epochs * updates),
-            total_steps=cfg.train.epochs * updates, decay=cfg.optim.decay)
-        throughput = callbacks.Throughput(stream.samples_per_epoch * world.size)
-        evaluate = self.evaluator(p.model, p.dataset)
-        evaluation = callbacks.ExactEvaluation(evaluate, cfg.train.eval_every, cfg.train.epochs)
-        # Every rank, in this order: average the epoch's metrics over ranks (a collective), then
-        # the exact eval (a collective), then the numbers rank 0 reports.
-        # (The custom loop adds the metrics' sums across ranks itself.)
-        every_rank = ([dist.metric_average_callback()] if cfg.train.loop == "fit" else []) + [
-            lr, evaluation, throughput]
-        chief_only = [callbacks.ProgressLine(cfg.train.epochs, steps_per_epoch=steps,
-                                             global_batch=cfg.train.batch_size * world.size,
-                                             every_seconds=cfg.run.progress_every_s),
-                      callbacks.MetricsLog(p.run_dir / "metrics.jsonl"),
-                      callbacks.Checkpointer(p.checkpoint, p.run_dir, cfg.run.keep_checkpoints)]
-        if cfg.run.tensorboard:
-            chief_only.insert(0, tf.keras.callbacks.TensorBoard(
-                str(p.run_dir / "tensorboard"), write_graph=False, profile_batch=0))
-
-        final_logs = dict(p.restored_metrics)
-        hooks = every_rank + (chief_only if world.is_chief else [])
-        if p.start_epoch < cfg.train.epochs and cfg.train.loop == "custom":
-            final_logs = custom_loop.run_epochs(
-                custom_loop.TrainStep(p.model, p.optimizer, cfg.horovod),
-                iter(stream.dataset), first_epoch=p.start_epoch, epochs=cfg.train.epochs,
-                steps_per_epoch=steps, callbacks=hooks)
-        elif p.start_epoch < cfg.train.epochs:
-            history = p.model.fit(
-                stream.dataset, epochs=cfg.train.epochs, initial_epoch=p.start_epoch,
-                steps_per_epoch=steps, verbose=0, callbacks=hooks)
-            final_logs = {k: float(v[-1]) for k, v in history.history.items()}
+        cfg = self.config
+        if self.elastic:
+            p, fitted = self._train_elastic()
         else:
-            self.say(f"nothing to train: {p.run_dir} is at epoch {p.start_epoch} of "
-                     f"{cfg.train.epochs}; raise train.epochs to train further")
-        final_eval = evaluation.latest or evaluate()
+            # Horovod: options this world cannot run (Adasum on 3 ranks) stop every rank up front.
+            dist.agree_or_fail(hvd_options.world_problem(cfg.horovod, self.world.size,
+                                                         self.world.controller), self.world)
+            p = self.prepare()
+            fitted = self._fit(p)
+        self.model = p.model
+        world, final_logs, final_eval = self.world, fitted.final_logs, fitted.final_eval
+        throughput, steps, peak_lr = fitted.throughput, fitted.steps, fitted.peak_lr
 
         summary = {
             "hvdtrain_version": __version__,
@@ -136,6 +105,8 @@ class Trainer:
             "wall_seconds": time.perf_counter() - started,
             "run_dir": str(p.run_dir),
         }
+        if self.elastic:
+            summary["elastic_world_sizes"] = self.world_sizes
         if world.is_chief:
             if cfg.run.export:
                 summary["exported_model"] = str(self._export(p.model, p.run_dir))
@@ -144,6 +115,118 @@ class Trainer:
                      f"{final_eval['eval_samples']} samples, {summary['wall_seconds']:.1f}s, "
                      f"run dir {p.run_dir}")
         return summary
+
+    def _fit(self, p: Prepared, *, banner: bool = True,
+             extra: Sequence[tf.keras.callbacks.Callback] = ()) -> Fitted:
+        """Keras ``fit`` or the custom loop (train.loop) from ``p.start_epoch`` on this world's
+        shard, with the lr scaled for this world size; ``extra`` callbacks run last, on every
+        rank."""
+        cfg, world = self.config, self.world
+        stream = data.train_dataset(
+            p.dataset.train, rank=world.rank, size=world.size, batch_size=cfg.train.batch_size,
+            first_epoch=p.start_epoch, epochs=cfg.train.epochs, seed=cfg.train.seed,
+            shuffle=cfg.data.shuffle, shuffle_buffer=cfg.data.shuffle_buffer,
+            pad=not cfg.horovod.join_uneven)
+        steps = stream.steps_per_epoch
+        # The schedule counts optimizer updates: one per backward_passes_per_step batches.
+        updates = math.ceil(steps / cfg.horovod.backward_passes_per_step)
+        peak_lr = schedules.scaled_lr(cfg.optim.lr, world.size, cfg.optim.lr_scaling)
+        if banner:
+            self._banner(p, steps, peak_lr)
+
+        lr = callbacks.LearningRateSchedule(
+            base_lr=cfg.optim.lr, peak_lr=peak_lr,
+            warmup_steps=round(cfg.optim.warmup_epochs * updates),
+            total_steps=cfg.train.epochs * updates, decay=cfg.optim.decay)
+        throughput = callbacks.Throughput(stream.samples_per_epoch * world.size)
+        evaluate = self.evaluator(p.model, p.dataset)
+        evaluation = callbacks.ExactEvaluation(evaluate, cfg.train.eval_every, cfg.train.epochs)
+        # Every rank, in this order: average the epoch's metrics over ranks (a collective), stop
+        # all together on a NaN loss, then the exact eval (a collective), then the numbers rank 0
+        # reports; last, the checkpoint (rank 0 writes, all agree it worked) and ``extra``.
+        # (The custom loop adds the metrics' sums across ranks itself.)
+        every_rank = ([dist.metric_average_callback()] if cfg.train.loop == "fit" else []) + [
+            callbacks.StopOnNonFiniteLoss(p.run_dir), lr, evaluation, throughput]
+        chief_only = [callbacks.ProgressLine(cfg.train.epochs, steps_per_epoch=steps,
+                                             global_batch=cfg.train.batch_size * world.size,
+                                             every_seconds=cfg.run.progress_every_s),
+                      callbacks.MetricsLog(p.run_dir / "metrics.jsonl")]
+        if cfg.run.tensorboard:
+            chief_only.insert(0, tf.keras.callbacks.TensorBoard(
+                str(p.run_dir / "tensorboard"), write_graph=False, profile_batch=0))
+        last = [callbacks.Checkpointer(
+            p.checkpoint, p.run_dir, cfg.run.keep_checkpoints, is_chief=world.is_chief,
+            agree=lambda problem: dist.agree_or_fail(problem, self.world)), *extra]
+
+        # Horovod's stall check is inert under Gloo (it works under MPI): bound the wait here.
+        watchdog = (callbacks.StallWatchdog(cfg.run.stall_abort_s, world.rank)
+                    if world.controller == "gloo" and world.size > 1 and cfg.run.stall_abort_s
+                    else None)
+        final_logs = dict(p.restored_metrics)
+        hooks = (every_rank + (chief_only if world.is_chief else []) + last
+                 + ([watchdog] if watchdog else []))
+        if p.start_epoch < cfg.train.epochs:
+            try:
+                if cfg.train.loop == "custom":
+                    final_logs = custom_loop.run_epochs(
+                        custom_loop.TrainStep(p.model, p.optimizer, cfg.horovod),
+                        iter(stream.dataset), first_epoch=p.start_epoch,
+                        epochs=cfg.train.epochs, steps_per_epoch=steps, callbacks=hooks)
+                else:
+                    history = p.model.fit(
+                        stream.dataset, epochs=cfg.train.epochs, initial_epoch=p.start_epoch,
+                        steps_per_epoch=steps, verbose=0, callbacks=hooks)
+                    final_logs = {k: float(v[-1]) for k, v in history.history.items()}
+            finally:
+                if watchdog:
+                    watchdog.stop()
+        else:
+            self.say(f"nothing to train: {p.run_dir} is at epoch {p.start_epoch} of "
+                     f"{cfg.train.epochs}; raise train.epochs to train further")
+        return Fitted(final_logs, evaluation.latest or evaluate(), throughput, steps, peak_lr)
+
+    def _train_elastic(self) -> tuple[Prepared, Fitted]:
+        """Elastic training (horovodrun --min-np/--max-np): state is committed in memory at
+        every epoch end. When a worker is lost the others roll back to the last commit, and
+        when one is added it joins at the next commit; either way training goes on from there
+        on the new set of ranks, with the sharding and the learning rate computed for it."""
+        # Built on each rank alone: a worker added later must reach no collective before the
+        # elastic loop, where the running ranks are syncing state.
+        dataset, model, optimizer, checkpoint = self._build(agree=False)
+        state = dist.elastic_state(model, optimizer, epoch=0, run_dir="")
+
+        def open_or_continue() -> tuple[str, int, dict]:
+            if state.run_dir:  # a restart: the run is open, go on from the last commit
+                return state.run_dir, state.epoch, {}
+            run_dir = Path(self._default_run_dir())
+            return (str(run_dir), *self._open_run_dir(run_dir, checkpoint))
+
+        @dist.run_elastic
+        def train_on_current_ranks(state) -> tuple[Prepared, Fitted]:
+            # Every rank, old or new, runs these collectives in the same order on each start.
+            self.world = dist.refresh_world(self.world)
+            dist.check_same_config(to_dict(self.config), self.world)
+            # Horovod: options this world size cannot run stop every rank (before any commit).
+            dist.agree_or_fail(hvd_options.world_problem(
+                self.config.horovod, self.world.size, self.world.controller), self.world)
+            run_dir, start_epoch, restored = self._on_chief(open_or_continue)
+            # Horovod: rank 0's weights and optimizer state (a restored checkpoint or the last
+            # commit) on every rank.
+            dist.broadcast_variables(model.variables + list(optimizer.variables()))
+            state.run_dir, state.epoch = run_dir, start_epoch
+            state.save()
+            p = Prepared(dataset, model, optimizer, checkpoint, Path(run_dir), start_epoch,
+                         restored)
+            first = not self.world_sizes
+            if not first:
+                o = self.config.optim
+                self.say(f"elastic: now {self.world.size} ranks (was {self.world_sizes[-1]}), "
+                         f"going on from epoch {start_epoch + 1}, peak lr "
+                         f"{schedules.scaled_lr(o.lr, self.world.size, o.lr_scaling):g}")
+            self.world_sizes.append(self.world.size)
+            return p, self._fit(p, banner=first, extra=[callbacks.CommitEachEpoch(state)])
+
+        return train_on_current_ranks(state)
 
     # -----------------------------------------------------------------------------------------
     def prepare(self) -> Prepared:
@@ -170,8 +253,8 @@ class Trainer:
         dist.broadcast_variables(model.variables)  # Horovod: rank 0 restored; all score it
         return {"epoch": epoch, **self.evaluator(model, dataset)()}
 
-    def _build(self) -> tuple[data.DataSet, tf.keras.Model, tf.keras.optimizers.Optimizer,
-                              tf.train.Checkpoint]:
+    def _build(self, *, agree: bool = True) -> tuple[
+            data.DataSet, tf.keras.Model, tf.keras.optimizers.Optimizer, tf.train.Checkpoint]:
         cfg, world = self.config, self.world
         problem = dataset = model = None
         try:
@@ -183,7 +266,10 @@ class Trainer:
             model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
         except UserError as e:
             problem = str(e)
-        dist.agree_or_fail(problem, world)  # Horovod: all ranks stop together, or none does
+        if agree:
+            dist.agree_or_fail(problem, world)  # Horovod: all ranks stop together, or none does
+        elif problem:
+            raise UserError(problem)
 
         optimizer = self._optimizer()
         model.compile(optimizer=optimizer,

@@ -68,3 +68,31 @@ def hvdtrain(*args: str) -> list[str]:
 @pytest.fixture(params=LAUNCHERS)
 def launcher(request) -> str:
     return request.param
+
+
+# ---------------------------------------------------------------------------------------------
+# The tally of fault and bad-input cases (tests marked ``fault``), printed after every run.
+
+_FAULT_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    if "fault" not in report.keywords:
+        return
+    if report.when == "call" or report.outcome != "passed":  # a setup failure counts too
+        _FAULT_OUTCOMES.setdefault(report.nodeid, report.outcome)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _FAULT_OUTCOMES:
+        return
+    outcomes = list(_FAULT_OUTCOMES.values())
+    tried = sum(o != "skipped" for o in outcomes)
+    passed = outcomes.count("passed")
+    skipped = outcomes.count("skipped")
+    terminalreporter.write_sep("-", "fault and bad-input cases")
+    terminalreporter.write_line(f"fault and bad-input cases: {tried} tried, {passed} passed"
+                                + (f", {skipped} skipped" if skipped else ""))
+    for nodeid, outcome in _FAULT_OUTCOMES.items():
+        if outcome != "passed":
+            terminalreporter.write_line(f"  {outcome}: {nodeid}")

@@ -49,11 +49,26 @@ def test_a_toml_file_can_switch_source_while_set_gives_the_path(tmp_path):
     ("data.image_shape=8,x", "integers separated by commas"),
     ("model.dropout=1.0", "model.dropout must be in [0.0, 1.0)"),
     ("data.source=npz", "needs a file"),
+    ("run.stall_warning_s=0", "run.stall_warning_s must be > 0"),
+    ("run.stall_abort_s=30", "run.stall_abort_s=30 must be 0 (never) or >= run.stall_warning_s=60"),
 ])
 def test_bad_values_name_the_key_and_the_fix(assignment, fragment):
     with pytest.raises(UserError) as err:
         presets.build_config("digits", None, [assignment])
     assert fragment in str(err.value)
+
+
+def test_config_fingerprint_and_differences():
+    base = config.to_dict(presets.build_config("digits"))
+    other = config.to_dict(presets.build_config("digits", None, ["optim.lr=0.02",
+                                                                 "train.epochs=3"]))
+    assert config.fingerprint(base) == config.fingerprint(config.to_dict(presets.digits()))
+    assert config.fingerprint(base) != config.fingerprint(other)
+    assert config.differences(base, other) == ["optim.lr", "train.epochs"]
+    assert config.differences(base, base) == []
+    assert config.differences(base, {**base, "preset": "x"}) == ["preset"]
+    # Stall abort 0 (never) is allowed whatever the warning time.
+    assert presets.build_config("digits", None, ["run.stall_abort_s=0"]).run.stall_abort_s == 0
 
 
 def test_unknown_preset_suggests_the_close_one():

@@ -172,6 +172,11 @@ def _bad_npz(tmp_path, case):
     if case == "float_labels":
         np.savez(path, x=np.zeros((4, 2)), y=np.array([0.0, 1.0, 0.0, 1.0]))
         return _npz_cfg(path), "integer class ids"
+    if case in ("nan", "inf"):
+        x = np.zeros((5, 2), np.float32)
+        x[3, 1] = np.nan if case == "nan" else -np.inf
+        np.savez(path, x=x, y=np.arange(5) % 3)
+        return _npz_cfg(path), "NaN or infinite values in 1 samples (the first is sample 3)"
     if case == "empty":
         np.savez(path, x=np.zeros((0, 2)), y=np.zeros(0, int))
         return _npz_cfg(path), "no samples"
@@ -188,7 +193,8 @@ def _bad_npz(tmp_path, case):
 
 
 @pytest.mark.parametrize("case", ["missing", "garbage", "garbage_zip", "no_y", "length",
-                                  "label_too_big", "negative_label", "float_labels", "empty",
+                                  "label_too_big", "negative_label", "float_labels", "nan",
+                                  "inf", "empty",
                                   "eval_shape", "eval_missing", "eval_label_too_big"])
 def test_npz_bad_inputs_are_user_errors(tmp_path, case):
     cfg, phrase = _bad_npz(tmp_path, case)

@@ -143,8 +143,21 @@ def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(tmp_path):
 def _bad_files(root: Path) -> dict[str, Path]:
     root.mkdir(parents=True, exist_ok=True)
     files = {"garbage": root / "garbage.npz", "lengths": root / "lengths.npz",
-             "labels": root / "labels.npz"}
+             "labels": root / "labels.npz", "no_y": root / "no_y.npz", "nan": root / "nan.npz",
+             "truncated": root / "truncated.tfrecord"}
     files["garbage"].write_bytes(b"this is not a zip archive")
+    np.savez(files["no_y"], x=np.zeros((10, 4), np.float32), labels=np.zeros(10, np.int64))
+    with_nan = np.zeros((10, 4), np.float32)
+    with_nan[7, 2] = np.nan
+    np.savez(files["nan"], x=with_nan, y=np.arange(10) % 2)
+    import tensorflow as tf
+    example = tf.train.Example(features=tf.train.Features(feature={
+        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(64)])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
+    with tf.io.TFRecordWriter(str(files["truncated"])) as writer:
+        for _ in range(8):
+            writer.write(example.SerializeToString())
+    files["truncated"].write_bytes(files["truncated"].read_bytes()[:-20])  # a copy cut short
     np.savez(files["lengths"], x=np.zeros((10, 4), np.float32), y=np.zeros(9, np.int64))
     np.savez(files["labels"], x=np.zeros((10, 4), np.float32), y=np.arange(10) + 5)
     return files
@@ -159,6 +172,12 @@ BAD_INPUT = {
                        "x has 10 samples but y has 9"),
     "labels out of range": (["--data", "npz", "--set", "data.path={root}/labels.npz",
                              "--model", "mlp"], "pass --set data.num_classes=15"),
+    "npz without y": (["--data", "npz", "--set", "data.path={root}/no_y.npz"], "no array y"),
+    "NaN in the data": (["--data", "npz", "--set", "data.path={root}/nan.npz", "--model", "mlp"],
+                        "NaN or infinite values in 1 samples (the first is sample 7)"),
+    "truncated TFRecord": (["--data", "tfrecord", "--set", "data.path={root}/truncated.tfrecord",
+                            "--set", "data.eval_path={root}/truncated.tfrecord",
+                            "--model", "mlp"], "truncated record at"),
     "more ranks than samples": (["--preset", "synthetic-mlp", "--set", "data.num_samples=2",
                                  "--set", "data.eval_fraction=0.5"], "1 samples but 2 ranks"),
     "batch size 0": (["--batch-size", "0"], "train.batch_size must be > 0"),
@@ -175,6 +194,7 @@ def _snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_bad_input_stops_every_rank_with_one_line(case, launcher, tmp_path):
     files = _bad_files(tmp_path / "data")
@@ -216,6 +236,7 @@ def build(input_shape, num_classes):
 """
 
 
+@pytest.mark.fault
 def test_an_error_on_one_rank_only_stops_every_rank(launcher, tmp_path):
     # Without gathering every rank's verdict, rank 0 would wait forever in its first collective.
     (tmp_path / "rank_one_fails.py").write_text(RANK_ONE_FAILS)

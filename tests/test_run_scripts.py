@@ -11,7 +11,7 @@ import pytest
 from conftest import launcher_env
 
 SCRIPTS = Path(__file__).parent.parent / "run_scripts"
-ALL = ["local.sh", "mpirun_hostfile.sh", "slurm.sbatch", "elastic.sh"]
+ALL = ["local.sh", "mpirun_hostfile.sh", "slurm.sbatch", "elastic.sh", "discover_hosts.sh"]
 
 
 def script(name: str, *args: str, env: dict[str, str] | None = None,
@@ -157,3 +157,28 @@ def test_elastic_refuses_a_missing_or_non_executable_discovery_script(discovery,
                           str(tmp_path / "nope")), "does not exist")
     assert_refused(script("elastic.sh", "--min-np", "1", "--max-np", "2", "-d",
                           discovery("echo localhost:2", executable=False)), "not executable")
+
+
+def test_discover_hosts_prints_horovodrun_lines(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# workers\nnode1:4\n\n  node-2.local slots=2  # the second\n127.0.0.1")
+    done = script("discover_hosts.sh", str(hosts))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["node1:4", "node-2.local:2", "127.0.0.1:1"]
+    from_env = script("discover_hosts.sh", env={"HVDTRAIN_HOSTS_FILE": str(hosts)})
+    assert from_env.stdout == done.stdout
+
+
+@pytest.mark.parametrize("text, words", [
+    ("node1:4\nnode2 4\n", ["line 2", "HOST slots=N"]),
+    ("node1:4\nnode3:0\n", ["line 2", "positive integer"]),
+])
+def test_discover_hosts_prints_nothing_for_a_bad_file(tmp_path, text, words):
+    hosts = tmp_path / "hosts"
+    hosts.write_text(text)
+    assert_refused(script("discover_hosts.sh", str(hosts)), *words)
+
+
+def test_discover_hosts_needs_a_readable_file(tmp_path):
+    assert_refused(script("discover_hosts.sh", str(tmp_path / "nope")), "does not exist")
+    assert_refused(script("discover_hosts.sh", env={"HVDTRAIN_HOSTS_FILE": ""}), "no hosts file")
