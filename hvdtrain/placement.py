@@ -65,7 +65,10 @@ def gloo_host_name_problem(environ: Mapping[str, str], host_name: str,
     """
     several_hosts = environ.get("HOROVOD_CROSS_SIZE", "1").isdigit() and \
         int(environ.get("HOROVOD_CROSS_SIZE", "1")) > 1
-    if environ.get("HOROVOD_CONTROLLER") != "gloo" or not several_hosts:
+    # Several "hosts" that are all this machine talk over loopback anyway (--network-interface lo).
+    on_loopback = environ.get("HOROVOD_GLOO_IFACE") == "lo" or \
+        environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR", "").startswith("127.")
+    if environ.get("HOROVOD_CONTROLLER") != "gloo" or not several_hosts or on_loopback:
         return None
     fix = ("make every host's name resolve to its address on the training network "
            "(/etc/hosts or DNS); see README, Running on a cluster")

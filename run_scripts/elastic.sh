@@ -15,17 +15,20 @@ options:
   --min-np A            fewest ranks to keep training with (below: wait, then stop)
   --max-np B            most ranks to use
   -n, --np N            ranks to start with (default: A)
-  -d, --discovery FILE  the host discovery script (required)
-  -i, --interface IF    network interface for Gloo's traffic, e.g. eth0
+  -d, --discovery CMD   the host discovery script, with its arguments if any (required)
+  -i, --interface IF    network interface for Gloo's traffic, e.g. eth0 (needed when the
+                        hosts are names of one machine, like localhost and 127.0.0.1)
+  -t, --timeout S       horovodrun --elastic-timeout: how long to wait for --min-np ranks
+                        after a loss (horovodrun's default: 600)
       --dry-run         print the horovodrun command instead of running it
   -h, --help            this help
 
 example:
-  $PROG --min-np 2 --max-np 4 -d run_scripts/discover_hosts.sh -- --preset digits
+  $PROG --min-np 2 --max-np 4 -d "run_scripts/discover_hosts.sh hosts.txt" -- --preset digits
 USAGE
 }
 
-min="" max="" start="" discovery="" interface="" dry=0
+min="" max="" start="" discovery="" interface="" timeout="" dry=0
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -34,6 +37,7 @@ while [ $# -gt 0 ]; do
         -n|--np) start=${2:-}; shift 2 || die "$1 needs a value" ;;
         -d|--discovery) discovery=${2:-}; shift 2 || die "$1 needs a value" ;;
         -i|--interface) interface=${2:-}; shift 2 || die "$1 needs a value" ;;
+        -t|--timeout) timeout=${2:-}; shift 2 || die "$1 needs a value" ;;
         --dry-run) dry=1; shift ;;
         --) shift; break ;;
         -*) die "unknown option $1 (see --help)" ;;
@@ -47,11 +51,13 @@ is_count "$max" || die "--max-np must be a positive integer, got '$max'"
 start=${start:-$min}
 is_count "$start" || die "--np must be a positive integer, got '$start'"
 [ "$min" -le "$start" ] && [ "$start" -le "$max" ] || die "--np $start is outside $min..$max"
+[ -z "$timeout" ] || is_count "$timeout" || die "--timeout must be a positive integer, got '$timeout'"
 [ -n "$discovery" ] || die "a host discovery script is required (-d FILE)"
-[ -f "$discovery" ] || die "discovery script $discovery does not exist"
-[ -x "$discovery" ] || die "discovery script $discovery is not executable (chmod +x)"
+read -r -a discovery_cmd <<<"$discovery"
+[ -f "${discovery_cmd[0]}" ] || die "discovery script ${discovery_cmd[0]} does not exist"
+[ -x "${discovery_cmd[0]}" ] || die "discovery script ${discovery_cmd[0]} is not executable (chmod +x)"
 # The script must answer now, in horovodrun's format, with room for the starting ranks.
-found=$(timeout 20 "$discovery") || die "discovery script $discovery failed or took over 20 s"
+found=$(timeout 20 "${discovery_cmd[@]}") || die "discovery script $discovery failed or took over 20 s"
 listed=$(mktemp); trap 'rm -f "$listed"' EXIT
 printf '%s\n' "$found" >"$listed"
 slots=$(total_slots "$listed" "the output of $discovery") || exit 2
@@ -60,5 +66,6 @@ need horovodrun "run 'make install' and put .venv/bin on PATH"
 
 cmd=(horovodrun -np "$start" --min-np "$min" --max-np "$max" --host-discovery-script "$discovery")
 [ -n "$interface" ] && cmd+=(--network-interface "$interface")
+[ -n "$timeout" ] && cmd+=(--elastic-timeout "$timeout")
 rm -f "$listed"
 show_or_run "$dry" "${cmd[@]}" hvdtrain train --elastic "$@"

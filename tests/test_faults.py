@@ -199,11 +199,11 @@ def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(launcher, tmp_path
 # can fail or arrive while the other goes on.
 
 def elastic_command(hosts: Path, np_: int, run_dir: Path, *args: str) -> list[str]:
-    discover = f"{Path(__file__).parent.parent / 'run_scripts' / 'discover_hosts.sh'} {hosts}"
-    return [str(BIN / "horovodrun"), "-np", str(np_), "--min-np", "2", "--max-np", "3",
-            "--host-discovery-script", discover, "--network-interface", "lo",
-            "--elastic-timeout", "60",
-            *hvdtrain("train", "--elastic", *QUICK, "--run-dir", str(run_dir), *args)]
+    """Through the launch scripts users run: run_scripts/elastic.sh with discover_hosts.sh."""
+    scripts = Path(__file__).parent.parent / "run_scripts"
+    return [str(scripts / "elastic.sh"), "-n", str(np_), "--min-np", "2", "--max-np", "3",
+            "-d", f"{scripts / 'discover_hosts.sh'} {hosts}", "-i", "lo", "-t", "60",
+            "--", *QUICK, "--run-dir", str(run_dir), *args]
 
 
 def test_elastic_goes_on_without_a_killed_worker(tmp_path):

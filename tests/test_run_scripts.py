@@ -129,13 +129,22 @@ def discovery(tmp_path):
 
 def test_elastic_builds_the_command(discovery):
     found = discovery("echo localhost:2; echo otherhost:1")
-    done = script("elastic.sh", "--min-np", "2", "--max-np", "3", "-d", found, "--dry-run",
-                  "--", "--preset", "digits-mlp")
+    done = script("elastic.sh", "--min-np", "2", "--max-np", "3", "-d", found, "-i", "eth1",
+                  "-t", "60", "--dry-run", "--", "--preset", "digits-mlp")
     assert done.returncode == 0, done
     assert done.stdout.split() == [
         "horovodrun", "-np", "2", "--min-np", "2", "--max-np", "3",
-        "--host-discovery-script", found, "hvdtrain", "train", "--elastic",
-        "--preset", "digits-mlp"]
+        "--host-discovery-script", found, "--network-interface", "eth1",
+        "--elastic-timeout", "60", "hvdtrain", "train", "--elastic", "--preset", "digits-mlp"]
+
+
+def test_elastic_takes_a_discovery_command_with_arguments(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    discover = f"{SCRIPTS / 'discover_hosts.sh'} {hosts}"
+    done = script("elastic.sh", "--min-np", "1", "--max-np", "2", "-d", discover, "--dry-run")
+    assert done.returncode == 0, done
+    assert discover.replace(" ", "\\ ") in done.stdout   # one argument for horovodrun
 
 
 @pytest.mark.parametrize("args, body, words", [
@@ -146,6 +155,7 @@ def test_elastic_builds_the_command(discovery):
     (["--min-np", "2", "--max-np", "3"], "echo 'localhost slots'", ["output of", "line 1"]),
     (["--min-np", "2", "--max-np", "3"], "true", ["names no host"]),
     (["--min-np", "2", "--max-np", "3"], "exit 3", ["failed"]),
+    (["--min-np", "2", "--max-np", "3", "-t", "soon"], "echo localhost:3", ["--timeout"]),
 ])
 def test_elastic_refuses_bad_input(discovery, args, body, words):
     assert_refused(script("elastic.sh", *args, "-d", discovery(body)), *words)

@@ -75,7 +75,8 @@ def test_gloo_host_name_check():
                 raise OSError("unknown host")
             return table[name]
         return lookup
-    across = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "2"}
+    across = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "2",
+              "HOROVOD_GLOO_IFACE": "eth0", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.5"}
     fine = resolve({"node1": "10.0.0.5"})
     loopback = resolve({"node1": "127.0.1.1"})
     assert placement.gloo_host_name_problem(across, "node1", fine) is None
@@ -87,3 +88,6 @@ def test_gloo_host_name_check():
                                             loopback) is None
     assert placement.gloo_host_name_problem({"HOROVOD_CROSS_SIZE": "2"}, "node1", loopback) is None
     assert placement.gloo_host_name_problem({}, "node1", loopback) is None
+    # "Hosts" that are all this machine (localhost, 127.0.0.1) talk over loopback: fine.
+    assert placement.gloo_host_name_problem({**across, "HOROVOD_GLOO_IFACE": "lo"}, "node1",
+                                            loopback) is None
