@@ -11,7 +11,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 # TensorFlow's C++ start-up chatter, once per process, hides the real output.
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: install demo test unit clean
+.PHONY: install demo test unit bench bench-quick clean
 
 install:
 	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh
@@ -28,6 +28,17 @@ test:
 # Only the tests that need no launcher (seconds).
 unit: install
 	$(PY) -m pytest -m "not multirank"
+
+# The scaling benchmarks (about 15 minutes on 2 cores): figures, tables and plots into
+# benchmarks/results, and the results section of benchmarks/README.md rewritten.
+# HOROVOD_SYNTHETIC=path/to/tensorflow2_synthetic_benchmark.py adds Horovod's own benchmark.
+bench: install
+	$(VENV)/bin/hvdtrain bench all --out benchmarks/results --readme benchmarks/README.md \
+		$(if $(HOROVOD_SYNTHETIC),--horovod-synthetic $(HOROVOD_SYNTHETIC))
+
+# A smoke test of every benchmark (a few minutes), into benchmarks/quick.
+bench-quick: install
+	$(VENV)/bin/hvdtrain bench all --quick --out benchmarks/quick
 
 clean:
 	rm -rf runs .pytest_cache

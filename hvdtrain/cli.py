@@ -1,4 +1,4 @@
-"""``hvdtrain train|eval``: the only reader of sys.argv.
+"""``hvdtrain train|eval|bench``: the only reader of sys.argv.
 
     hvdtrain train --preset digits                          # one process
     horovodrun -np 2 -H localhost:2 --gloo hvdtrain train   # 2 ranks over Gloo
@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from hvdtrain import config as config_lib
 from hvdtrain import placement, presets
+from hvdtrain.bench import suite as bench_suite
 from hvdtrain.errors import UserError
 
 # Flags that are shortcuts for config keys: flag dest -> (section, key).
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--run-dir", required=True, help="a run directory written by train")
     evaluate.add_argument("--set", dest="assignments", action="append", default=[],
                           metavar="KEY=VALUE", help="override a saved key (e.g. data.eval_path)")
+    bench_suite.add_parser(sub, _Parser)  # hvdtrain bench scaling|allreduce|peers|project|all
     return parser
 
 
@@ -107,6 +109,8 @@ def _quiet_tensorflow() -> None:
 def run(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
+        if args.command == "bench":  # launches its own jobs: no Horovod in this process
+            return bench_suite.run(args)
         try:
             cfg = _train_config(args) if args.command == "train" else _eval_config(args)
         except UserError as e:  # argv is the same on every rank, so is this error

@@ -58,6 +58,9 @@ def set_horovod_env(options: HorovodConfig, *, stall_warning_s: int = 60,
     os.environ["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(stall_abort_s)
     # Horovod: fusion threshold, cycle time, autotune and timeline, where the config sets them.
     os.environ.update(hvd_options.runtime_env(options))
+    # Horovod: hvd.init() starts MPI, which reads its settings from the environment there:
+    # hvdtrain's launch defaults (yield when idle instead of busy-polling), unless set already.
+    os.environ.update(placement.rank_env_defaults(os.environ))
 
 
 def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: int = 0,
@@ -243,3 +246,16 @@ def allreduce_sum(values: np.ndarray) -> np.ndarray:
 def metric_average_callback() -> tf.keras.callbacks.Callback:
     # Horovod: the epoch's train metrics become the mean over ranks before anyone logs them.
     return hvd_keras.callbacks.MetricAverageCallback()
+
+
+def allgather_object(obj: Any) -> list:
+    # Horovod: every rank's Python value, in rank order, on every rank (benchmark figures).
+    return hvd.allgather_object(obj)
+
+
+def allreduce_each(tensors: Sequence[tf.Tensor], name: str) -> list[tf.Tensor]:
+    """Sums each tensor across ranks with its own all-reduce, the way the optimizer reduces
+    gradients. Called inside one tf.function, the all-reduces are submitted together, so
+    Horovod fuses them into one buffer when tensor fusion is on."""
+    # Horovod: one named all-reduce per tensor; names must match across ranks.
+    return [hvd.allreduce(t, op=hvd.Sum, name=f"{name}.{i}") for i, t in enumerate(tensors)]

@@ -17,6 +17,22 @@ def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
     return 0
 
 
+# What hvdtrain sets in every rank's environment before hvd.init(), unless the user already set
+# it. Measured on a 2-core machine (benchmarks/README.md): with Open MPI's default, a rank
+# waiting in a collective busy-polls; Horovod's background thread then spins on the core the
+# training thread is bound to, and 2 ranks reached 0.62 weak-scaling efficiency instead of
+# ~0.96. Yielding when idle costs a few microseconds of latency per wait. Open MPI reads
+# OMPI_MCA_* from the environment at MPI_Init, which Horovod calls inside hvd.init().
+RANK_ENV_DEFAULTS = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+
+
+def rank_env_defaults(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The launch defaults this rank still lacks: the variables of RANK_ENV_DEFAULTS that the
+    user (or the launcher, e.g. ``mpirun -x``, ``--mca``) has not set. Setting one yourself,
+    e.g. ``OMPI_MCA_mpi_yield_when_idle=0``, always wins."""
+    return {name: value for name, value in RANK_ENV_DEFAULTS.items() if name not in environ}
+
+
 def threads_per_rank(available_cores: int, total_cores: int, local_size: int) -> int:
     """This rank's fair share of the cores: all it is bound to, or an even split of the host.
 

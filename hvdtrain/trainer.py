@@ -48,8 +48,12 @@ class Prepared:
 
 class Trainer:
     def __init__(self, config: Config, world: dist.World, *, resume: bool = False,
-                 elastic: bool = False):
+                 elastic: bool = False,
+                 extra_callbacks: Sequence[tf.keras.callbacks.Callback] = ()):
         self.config, self.world, self.resume, self.elastic = config, world, resume, elastic
+        # Run on every rank after hvdtrain's own (e.g. the benchmarks' step timer); they see
+        # each epoch's logs with the eval results and throughput already in them.
+        self.extra_callbacks = list(extra_callbacks)
         self.model: tf.keras.Model | None = None   # the trained model, once train() returns
         self.world_sizes: list[int] = []  # elastic: the world size of each (re)start
 
@@ -69,7 +73,7 @@ class Trainer:
             dist.agree_or_fail(hvd_options.world_problem(cfg.horovod, self.world.size,
                                                          self.world.controller), self.world)
             p = self.prepare()
-            fitted = self._fit(p)
+            fitted = self._fit(p, extra=self.extra_callbacks)
         self.model = p.model
         world, final_logs, final_eval = self.world, fitted.final_logs, fitted.final_eval
         throughput, steps, peak_lr = fitted.throughput, fitted.steps, fitted.peak_lr
@@ -224,7 +228,8 @@ class Trainer:
                          f"going on from epoch {start_epoch + 1}, peak lr "
                          f"{schedules.scaled_lr(o.lr, self.world.size, o.lr_scaling):g}")
             self.world_sizes.append(self.world.size)
-            return p, self._fit(p, banner=first, extra=[callbacks.CommitEachEpoch(state)])
+            return p, self._fit(p, banner=first, extra=[callbacks.CommitEachEpoch(state),
+                                                              *self.extra_callbacks])
 
         return train_on_current_ranks(state)
 

@@ -1,0 +1,240 @@
+"""What every benchmark shares: launching ranks, statistics, the machine, and the output files.
+
+Nothing here imports TensorFlow or Horovod: the drivers stay light, and every measured job runs
+in processes of its own.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from hvdtrain.errors import UserError
+
+BIN = Path(sys.executable).parent
+LAUNCHERS = ("mpi", "gloo")
+
+
+class BenchError(RuntimeError):
+    """A measured job failed: the message carries the end of its output."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Median and spread of repeated measurements: robust to the odd slow repeat that a shared
+    machine produces. ``spread`` is (max - min) / median."""
+    if not values:
+        raise ValueError("no measurements to summarize")
+    median = statistics.median(values)
+    return {"median": median, "min": min(values), "max": max(values), "n": len(values),
+            "spread": (max(values) - min(values)) / median if median else 0.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Launching
+
+def launch_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Open MPI refuses to run as root (CI, containers) unless told.
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def launch_command(launcher: str, ranks: int, argv: Sequence[str]) -> list[str]:
+    """The command that starts ``ranks`` copies of ``argv``.
+
+    mpi: ``mpirun --bind-to core`` (Open MPI's own default for 2 ranks or fewer, made explicit
+    so that every N gets one core per rank). gloo: ``horovodrun --gloo``, which cannot bind;
+    the rank side pins itself instead (``pin_to_own_core``). single: one process, no launcher.
+    """
+    if launcher == "single":
+        return list(argv)
+    if launcher == "gloo":
+        return [str(BIN / "horovodrun"), "-np", str(ranks), "-H", f"localhost:{ranks}",
+                "--gloo", *argv]
+    if launcher == "mpi":
+        mpirun = shutil.which("mpirun")
+        if not mpirun:
+            raise UserError("mpirun not found: run 'make install'")
+        binding = (["--bind-to", "core", "--map-by", "core"] if ranks <= cores()
+                   else ["--oversubscribe", "--bind-to", "none"])
+        return [mpirun, "-np", str(ranks), *binding, *argv]
+    raise ValueError(f"unknown launcher {launcher!r}")
+
+
+def rank_argv(module: str, options: Mapping[str, Any]) -> list[str]:
+    """``python -m MODULE rank OPTIONS_JSON``: the rank side of a benchmark."""
+    return [sys.executable, "-m", module, "rank", json.dumps(options)]
+
+
+def run_job(command: Sequence[str], *, env: Mapping[str, str] | None = None,
+            timeout: float = 600, what: str = "job") -> str:
+    """Runs a measured job to the end; its output, or BenchError with the last lines of it."""
+    try:
+        proc = subprocess.run(list(command), env=launch_env(env), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"{what} took longer than {timeout:.0f}s: {' '.join(command)}") from e
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-25:])
+        raise BenchError(f"{what} failed (exit {proc.returncode}): {' '.join(command)}\n{tail}")
+    return proc.stdout
+
+
+def read_json_output(path: Path, what: str, output: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        tail = "\n".join(output.splitlines()[-25:])
+        raise BenchError(f"{what} wrote no result to {path}\n{tail}") from None
+
+
+def pin_to_own_core() -> int | None:
+    """Rank side, before TensorFlow starts: bind this process to core (local rank mod cores)
+    when the launcher did not bind it (horovodrun --gloo), so that every launcher gives a rank
+    the same one-core budget. Returns the core, or None when already bound."""
+    available = os.sched_getaffinity(0)
+    if len(available) < cores():
+        return None
+    local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get(
+        "OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+    core = sorted(available)[local_rank % len(available)]
+    os.sched_setaffinity(0, {core})
+    return core
+
+
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on localhost now (for TF_CONFIG clusters)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("localhost", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine and the output files
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on: CPU, cores, memory, and the stack's versions."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = None
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        memory_gib = round(pages / 2 ** 30, 1)
+    except (ValueError, OSError):
+        pass
+    versions = {}
+    for package in ("tensorflow-cpu", "tensorflow", "horovod", "mpi4py", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        try:
+            first = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
+                                   timeout=30).stdout.splitlines()
+            versions["mpi"] = first[0] if first else "unknown"
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"cpu": cpu, "cores": cores(), "memory_gib": memory_gib,
+            "os": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(), "versions": versions,
+            "load_average_1min_at_start": load,
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M UTC")}
+
+
+def machine_line(info: Mapping[str, Any]) -> str:
+    v = info.get("versions", {})
+    tf = v.get("tensorflow-cpu") or v.get("tensorflow", "?")
+    return (f"{info['cpu']}, {info['cores']} cores, {info.get('memory_gib')} GiB; "
+            f"{info['os']}; Python {info['python']}, TensorFlow {tf}, "
+            f"Horovod {v.get('horovod', '?')}, {v.get('mpi', 'no MPI')}; "
+            f"load {info.get('load_average_1min_at_start')} at start; {info['date_utc']}")
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return "" if v is None else str(v)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_outputs(out_dir: Path, name: str, result: Mapping[str, Any], markdown: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out_dir / f"{name}.md").write_text(markdown.rstrip() + "\n")
+
+
+def plot_lines(path: Path, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *,
+               title: str, xlabel: str, ylabel: str, logx: bool = False,
+               logy: bool = False, reference: tuple[Sequence[float], Sequence[float]] | None = None,
+               reference_label: str = "") -> None:
+    """One PNG with a line per series (matplotlib's Agg backend: no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o", label=label)
+    if reference:
+        ax.plot(*reference, linestyle="--", color="gray", label=reference_label)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def say(message: str) -> None:
+    print(message, flush=True)

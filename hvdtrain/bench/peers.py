@@ -1,0 +1,369 @@
+"""hvdtrain against the reference notes' systems, on the same work.
+
+The same model (hvdtrain's ``cnn``), data (scikit-learn's ``digits``: 1,437 train / 360 eval),
+per-replica batch (32), optimizer (SGD, momentum 0.9) and seed, under:
+
+- ``single``: hvdtrain in one process alone (lr 0.05);
+- ``hvdtrain``: 2 ranks, Horovod ring all-reduce (``mpirun -np 2``, hvdtrain's defaults): global
+  batch 64, lr 0.05 per rank scaled to 0.1 over a one-epoch warmup;
+- ``mwms``: tf.distribute ``MultiWorkerMirroredStrategy``, 2 worker processes with TF_CONFIG on
+  localhost ports (synchronous, all-reduce over gRPC): global batch 64, the same lr schedule;
+- ``ps``: tf.distribute ``ParameterServerStrategy``, one coordinator, one parameter server and
+  2 workers as local processes (asynchronous: every worker step applies its own batch of 32 at
+  lr 0.05, the one-process lr, the same number of samples per epoch).
+
+Every worker (or rank) has one intra-op thread and is bound to a core of its own, except under
+``ps``: a ParameterServerStrategy worker bound to one core hangs in its first step (TF 2.15,
+measured), so its processes (workers, parameter server, coordinator) are unbound, with one
+intra-op thread each. Each epoch ends with an exact evaluation on all 360 eval samples.
+Reported: samples/s (the median epoch after the first, which traces), and the time from the
+start of training to the end of the first epoch with eval accuracy >= 95%.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from hvdtrain.bench import common
+
+SYSTEMS = ("single", "hvdtrain", "mwms", "ps")
+WORKERS = 2
+BATCH = 32
+TARGET_ACCURACY = 0.95
+FULL_EPOCHS, QUICK_EPOCHS = 10, 3
+
+
+def epoch_rates(epoch_ends: Sequence[float], samples_per_epoch: int) -> list[float]:
+    """samples/s of each epoch after the first (which includes tracing), from the times at
+    which the epochs ended (seconds since training began)."""
+    return [samples_per_epoch / (b - a) for a, b in zip(epoch_ends, epoch_ends[1:])]
+
+
+def time_to_accuracy(epoch_ends: Sequence[float], accuracies: Sequence[float],
+                     target: float = TARGET_ACCURACY) -> float | None:
+    for seconds, accuracy in zip(epoch_ends, accuracies):
+        if accuracy >= target:
+            return seconds
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank side: shared pieces
+
+def _config(epochs: int):
+    from hvdtrain import presets
+    return presets.build_config("digits", assignments=[
+        f"train.epochs={epochs}", f"train.batch_size={BATCH}", "train.eval_every=1"])
+
+
+def _epoch_log(evaluate=None):
+    """A callback recording, at each epoch end, the seconds since training began and the eval
+    accuracy: from the logs (hvdtrain's exact evaluation) or from ``evaluate()``."""
+    import tensorflow as tf
+
+    class EpochLog(tf.keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ends: list[float] = []
+            self.accuracies: list[float] = []
+            self._start = 0.0
+
+        def on_train_begin(self, logs: dict | None = None) -> None:
+            self._start = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            accuracy = evaluate() if evaluate else float((logs or {})["eval_accuracy"])
+            self.accuracies.append(accuracy)
+            self.ends.append(time.perf_counter() - self._start)
+    return EpochLog()
+
+
+def _limit_threads(inter_op: int = 1) -> None:
+    """One intra-op thread, like an hvdtrain rank on one core. The processes of ``ps`` need 2
+    inter-op threads: with one, a worker's function waiting on a receive from the parameter
+    server blocks the only thread, and training hangs."""
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+
+
+def _write(path: str, log, samples_per_epoch: int, **extra: Any) -> None:
+    Path(path).write_text(json.dumps({"epoch_ends": log.ends, "accuracies": log.accuracies,
+                                      "samples_per_epoch": samples_per_epoch,
+                                      "cores": sorted(os.sched_getaffinity(0)), **extra}))
+
+
+def _keras_parts(cfg, strategy_scope):
+    """The data, and the model compiled inside ``strategy_scope`` with a local twin that scores
+    the whole eval set with the distributed model's current weights."""
+    import numpy as np
+    import tensorflow as tf
+    from hvdtrain import data, models
+
+    dataset = data.load(cfg.data, cfg.train.seed)
+    tf.keras.utils.set_random_seed(cfg.train.seed)
+    with strategy_scope:
+        model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+    twin = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+
+    def evaluate() -> float:
+        twin.set_weights(model.get_weights())
+        # A plain call: Keras' predict would join the strategy's collectives.
+        logits = twin(dataset.eval.x, training=False).numpy()
+        return float(np.mean(np.argmax(logits, axis=1) == dataset.eval.y))
+    return dataset, model, evaluate
+
+
+def _warmup_schedule(base_lr: float, peak_lr: float, warmup_steps: int):
+    """hvdtrain's schedule (schedules.lr_at_step, constant after warmup) as a Keras schedule,
+    for the strategies that have no hvdtrain callback."""
+    import tensorflow as tf
+
+    class Warmup(tf.keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            done = tf.minimum(tf.cast(step, tf.float32) / max(1, warmup_steps), 1.0)
+            return base_lr + (peak_lr - base_lr) * done
+
+        def get_config(self) -> dict:
+            return {"base_lr": base_lr, "peak_lr": peak_lr, "warmup_steps": warmup_steps}
+    return Warmup()
+
+
+def _compile(model, lr) -> None:
+    import tensorflow as tf
+    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=lr, momentum=0.9),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank side: each system
+
+def rank_hvdtrain(options: dict[str, Any]) -> None:
+    """single and hvdtrain: hvdtrain's own Trainer, with its defaults."""
+    if options["system"] == "single":
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, like a rank
+    from hvdtrain import dist, trainer
+    cfg = _config(options["epochs"])
+    world = dist.init(device="cpu")
+    log = _epoch_log()
+    run = dataclasses.replace(cfg.run, run_dir=options["run_dir"], export=False,
+                              tensorboard=False, progress_every_s=0)
+    summary = trainer.Trainer(dataclasses.replace(cfg, run=run), world,
+                              extra_callbacks=[log]).train()
+    if world.is_chief:
+        _write(options["out"], log, summary["steps_per_epoch"] * BATCH * world.size,
+               intra_op_threads=world.intra_op_threads)
+
+
+def rank_mwms(options: dict[str, Any]) -> None:
+    index = options["index"]
+    os.sched_setaffinity(0, {index % common.cores()})
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": options["workers"]},
+                                          "task": {"type": "worker", "index": index}})
+    import tensorflow as tf
+    _limit_threads()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    cfg = _config(options["epochs"])
+    dataset, model, evaluate = _keras_parts(cfg, strategy.scope())
+    replicas = strategy.num_replicas_in_sync
+    global_batch = BATCH * replicas
+    steps = -(-len(dataset.train) // global_batch)
+    train = (tf.data.Dataset.from_tensor_slices((dataset.train.x, dataset.train.y))
+             .shuffle(len(dataset.train), seed=cfg.train.seed).repeat().batch(global_batch))
+    shard = tf.data.Options()
+    shard.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    train = train.with_options(shard)
+    with strategy.scope():
+        _compile(model, _warmup_schedule(cfg.optim.lr, cfg.optim.lr * replicas, steps))
+    log = _epoch_log(evaluate if index == 0 else (lambda: float("nan")))
+    model.fit(train, epochs=options["epochs"], steps_per_epoch=steps, verbose=0,
+              callbacks=[log])
+    if index == 0:
+        _write(options["out"], log, steps * global_batch)
+
+
+def rank_ps_server(options: dict[str, Any]) -> None:
+    """A parameter server or worker of ``ps``: a TF server that the coordinator drives."""
+    kind, index = options["kind"], options["index"]
+    # Not bound to a core: a worker bound to one core hangs in its first step (measured with
+    # TF 2.15, even with 4 inter-op threads); one intra-op thread keeps its budget to ~a core.
+    import tensorflow as tf
+    _limit_threads(inter_op=2)
+    cluster = tf.train.ClusterSpec(options["cluster"])
+    server = tf.distribute.Server(cluster, job_name=kind, task_index=index, protocol="grpc",
+                                  start=True)
+    server.join()
+
+
+def rank_ps_coordinator(options: dict[str, Any]) -> None:
+    import tensorflow as tf
+    _limit_threads(inter_op=2)
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": options["cluster"],
+                                          "task": {"type": "chief", "index": 0}})
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    cfg = _config(options["epochs"])
+    dataset, model, evaluate = _keras_parts(cfg, strategy.scope())
+    steps = WORKERS * -(-len(dataset.train) // (BATCH * WORKERS))  # as many samples as hvdtrain
+    x, y, seed = dataset.train.x, dataset.train.y, cfg.train.seed
+
+    def per_worker(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return (tf.data.Dataset.from_tensor_slices((x, y))
+                .shard(context.num_input_pipelines, context.input_pipeline_id)
+                .shuffle(len(x), seed=seed + context.input_pipeline_id).repeat().batch(BATCH))
+    with strategy.scope():
+        _compile(model, cfg.optim.lr)
+    log = _epoch_log(evaluate)
+    model.fit(tf.keras.utils.experimental.DatasetCreator(per_worker), epochs=options["epochs"],
+              steps_per_epoch=steps, verbose=0, callbacks=[log])
+    _write(options["out"], log, steps * BATCH)
+
+
+def rank_main(options: dict[str, Any]) -> None:
+    {"single": rank_hvdtrain, "hvdtrain": rank_hvdtrain, "mwms": rank_mwms,
+     "ps-server": rank_ps_server, "ps": rank_ps_coordinator}[options["system"]](options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+def _spawn(options: dict[str, Any], log: Path) -> subprocess.Popen:
+    """A process of a tf.distribute cluster, its output to ``log`` (a pipe nobody reads could
+    fill up and stall it)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(common.rank_argv("hvdtrain.bench.peers", options),
+                                env=common.launch_env(), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def _wait_all(procs: Sequence[subprocess.Popen], what: str, timeout: float) -> str:
+    """Waits for every process; kills the rest if one fails (it would otherwise wait forever
+    for its peer). Returns their output."""
+    deadline = time.monotonic() + timeout
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            if proc.returncode != 0:
+                tail = "\n".join(proc.log.read_text().splitlines()[-25:])
+                raise common.BenchError(f"{what}: a process exited {proc.returncode}\n{tail}")
+    except subprocess.TimeoutExpired:
+        raise common.BenchError(f"{what} took longer than {timeout:.0f}s") from None
+    finally:
+        _stop(procs)
+    return "\n".join(proc.log.read_text() for proc in procs)
+
+
+def _stop(procs: Sequence[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def launch(system: str, epochs: int, work_dir: Path, timeout: float = 600) -> dict[str, Any]:
+    out = work_dir / f"{system}.json"
+    base = {"system": system, "epochs": epochs, "out": str(out)}
+    started = time.perf_counter()
+    if system in ("single", "hvdtrain"):
+        options = {**base, "run_dir": str(work_dir / f"run-{system}")}
+        launcher, ranks = ("single", 1) if system == "single" else ("mpi", WORKERS)
+        output = common.run_job(common.launch_command(
+            launcher, ranks, common.rank_argv("hvdtrain.bench.peers", options)),
+            timeout=timeout, what=f"peers: {system}")
+    elif system == "mwms":
+        workers = [f"localhost:{p}" for p in common.free_ports(WORKERS)]
+        output = _wait_all([_spawn({**base, "workers": workers, "index": i},
+                                   work_dir / f"mwms-{i}.log") for i in range(WORKERS)],
+                           "peers: mwms", timeout)
+    else:
+        ports = common.free_ports(WORKERS + 2)
+        cluster = {"chief": [f"localhost:{ports[0]}"], "ps": [f"localhost:{ports[1]}"],
+                   "worker": [f"localhost:{p}" for p in ports[2:]]}
+        roles = [("ps", 0)] + [("worker", i) for i in range(WORKERS)]
+        servers = [_spawn({**base, "system": "ps-server", "cluster": cluster, "kind": kind,
+                           "index": i}, work_dir / f"ps-{kind}{i}.log") for kind, i in roles]
+        try:
+            output = _wait_all([_spawn({**base, "cluster": cluster}, work_dir / "ps-chief.log")],
+                               "peers: ps", timeout)
+        finally:
+            _stop(servers)
+    wall = time.perf_counter() - started
+    raw = common.read_json_output(out, f"peers: {system}", output)
+    rates = epoch_rates(raw["epoch_ends"], raw["samples_per_epoch"])
+    return {"system": system, "workers": 1 if system == "single" else WORKERS,
+            "samples_per_sec": common.summarize(rates) if rates else None,
+            "seconds_to_95": time_to_accuracy(raw["epoch_ends"], raw["accuracies"]),
+            "final_eval_accuracy": raw["accuracies"][-1], "epochs": len(raw["epoch_ends"]),
+            "samples_per_epoch": raw["samples_per_epoch"], "wall_seconds_with_startup": wall,
+            "raw": raw}
+
+
+def run(out_dir: Path, *, quick: bool = False,
+        systems: Sequence[str] = SYSTEMS) -> dict[str, Any]:
+    epochs = QUICK_EPOCHS if quick else FULL_EPOCHS
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
+        for system in systems:
+            common.say(f"peers: {system}, {epochs} epochs of digits...")
+            rows.append(launch(system, epochs, Path(tmp)))
+            r = rows[-1]
+            rate = r["samples_per_sec"]["median"] if r["samples_per_sec"] else float("nan")
+            common.say(f"  {rate:,.0f} samples/s, eval accuracy {r['final_eval_accuracy']:.3f}"
+                       f", to 95%: {r['seconds_to_95']}")
+    by = {r["system"]: r for r in rows}
+    if "hvdtrain" in by:
+        ours = by["hvdtrain"]["samples_per_sec"]["median"]
+        for r in rows:
+            r["hvdtrain_speedup"] = ours / r["samples_per_sec"]["median"]
+    result = {"benchmark": "peers", "machine": common.machine(), "epochs": epochs,
+              "batch_per_replica": BATCH, "target_accuracy": TARGET_ACCURACY, "results": rows}
+    common.write_outputs(out_dir, "peers", result, markdown(result))
+    plot(out_dir, result)
+    return result
+
+
+def markdown(result: dict[str, Any]) -> str:
+    rows = []
+    for r in result["results"]:
+        s = r["samples_per_sec"]
+        rows.append([r["system"], r["workers"], f"{s['median']:,.0f} ({s['min']:,.0f}.."
+                     f"{s['max']:,.0f})", r.get("hvdtrain_speedup"),
+                     "not reached" if r["seconds_to_95"] is None else f"{r['seconds_to_95']:.1f}",
+                     r["final_eval_accuracy"], f"{r['wall_seconds_with_startup']:.0f}"])
+    return "\n".join([
+        f"digits, cnn, batch {result['batch_per_replica']} per replica, {result['epochs']} "
+        f"epochs, one core per worker; samples/s: median epoch after the first (min..max):", "",
+        common.markdown_table(["system", "workers", "samples/s", "hvdtrain / this",
+                               "s to 95% eval acc", "final eval acc", "wall s (with start-up)"],
+                              rows)])
+
+
+def plot(out_dir: Path, result: dict[str, Any]) -> None:
+    series = {r["system"]: (r["raw"]["epoch_ends"], r["raw"]["accuracies"])
+              for r in result["results"]}
+    common.plot_lines(out_dir / "peers.png", series, title="Eval accuracy against time (digits)",
+                      xlabel="seconds since training began", ylabel="eval accuracy",
+                      reference=([0, max(max(xs) for xs, _ in series.values())],
+                                 [TARGET_ACCURACY] * 2), reference_label="95%")
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) == 3 and argv[1] == "rank":
+        rank_main(json.loads(argv[2]))
+    else:
+        sys.exit("usage: python -m hvdtrain.bench.peers rank OPTIONS_JSON "
+                 "(launched by 'hvdtrain bench peers')")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

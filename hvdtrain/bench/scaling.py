@@ -1,0 +1,252 @@
+"""Throughput against world size (weak scaling), and hvdtrain against Horovod's own benchmark.
+
+Each world size N is its own launch (``mpirun -np N --bind-to core`` by default: one core per
+rank at every N, so that N=1 and N=2 are comparable). Every rank trains through hvdtrain's real
+``Trainer`` on synthetic data, with hvdtrain's default launch settings, and times its own
+steps. An epoch is one timed repeat: its first step (after the previous epoch's checkpoint and
+metric averaging) starts the clock, its last step stops it, and the first epochs are warmup
+(tracing, memory growth). Each rank counts its own samples; rank 0 gathers every rank's counts
+and times, so the total rate is (sum of samples over ranks) / (slowest rank's time) for each
+repeat, never rank 0's rate times N. Weak-scaling efficiency is T_N / (N * T_1) on medians.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hvdtrain.bench import common
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model to scale: an hvdtrain preset with its per-rank batch and input."""
+    name: str
+    preset: str
+    batch_size: int
+    image_shape: tuple[int, ...]
+    num_classes: int = 10
+
+
+WORKLOADS = {
+    # Compute-bound on a CPU core: the benchmark model of Horovod's synthetic benchmark, at a
+    # CPU-sized 64x64 input (about 1 s per step of 16 on one core here).
+    "mobilenetv2": Workload("mobilenetv2", "synthetic-mobilenetv2", 16, (64, 64, 3)),
+    # CIFAR-sized ResNet: fewer parameters to reduce, more compute per parameter.
+    "resnet_small": Workload("resnet_small", "synthetic-resnet", 32, (32, 32, 3)),
+    # Tiny and communication-bound: the worst case for scaling; seconds per run (--quick).
+    "mlp": Workload("mlp", "synthetic-mlp", 32, (8, 8, 1)),
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    world_sizes: tuple[int, ...] = (1, 2)
+    warmup_epochs: int = 1
+    repeats: int = 5
+    steps_per_repeat: int = 8       # timed steps per repeat (each epoch runs one more)
+    launcher: str = "mpi"
+
+    @property
+    def epochs(self) -> int:
+        return self.warmup_epochs + self.repeats
+
+
+FULL = Plan()
+QUICK = Plan(warmup_epochs=1, repeats=3, steps_per_repeat=5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure arithmetic (tested without MPI)
+
+def repeat_rates(per_rank: Sequence[dict]) -> list[float]:
+    """Total samples/s per repeat: the samples every rank counted, over the slowest rank's
+    time for that repeat. ``per_rank[r]`` = {"samples": [...], "seconds": [...]}."""
+    repeats = {len(r["seconds"]) for r in per_rank} | {len(r["samples"]) for r in per_rank}
+    if len(repeats) != 1:
+        raise ValueError(f"ranks timed different numbers of repeats: {sorted(repeats)}")
+    count = repeats.pop()
+    return [sum(r["samples"][i] for r in per_rank) / max(r["seconds"][i] for r in per_rank)
+            for i in range(count)]
+
+
+def weak_scaling_efficiency(rate_n: float, ranks: int, rate_1: float) -> float:
+    """T_N / (N * T_1): 1.0 when N ranks do N times the work of one in the same time."""
+    return rate_n / (ranks * rate_1)
+
+
+def synthetic_sizes(ranks: int, batch_size: int, steps_per_epoch: int) -> tuple[int, float]:
+    """(data.num_samples, data.eval_fraction) that give each of ``ranks`` ranks exactly
+    ``steps_per_epoch`` full batches, with one batch per rank held out for eval."""
+    train = ranks * batch_size * steps_per_epoch
+    held_out = ranks * batch_size
+    return train + held_out, held_out / (train + held_out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank side
+
+def _step_timer():
+    import tensorflow as tf
+
+    class StepTimer(tf.keras.callbacks.Callback):
+        """Each epoch: the time from the end of its first step to the end of its last, and the
+        samples in between (this rank's own count)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.epochs: list[list[float]] = []
+
+        def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+            self.epochs.append([])
+
+        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+            self.epochs[-1].append(time.perf_counter())
+    return StepTimer()
+
+
+def rank_main(options: dict[str, Any]) -> None:
+    """One rank of one launch: train ``options['epochs']`` epochs, time each, and have rank 0
+    write every rank's figures to ``options['out']``."""
+    pinned = common.pin_to_own_core() if options["launcher"] == "gloo" else None
+    import os
+    from hvdtrain import dist, presets, trainer  # TensorFlow and Horovod load here
+
+    cfg = presets.build_config(options["preset"], assignments=options["assignments"])
+    world = dist.init(device="cpu", intra_op_threads=cfg.run.intra_op_threads,
+                      inter_op_threads=cfg.run.inter_op_threads)
+    timer = _step_timer()
+    summary = trainer.Trainer(cfg, world, extra_callbacks=[timer]).train()
+
+    warmup = options["warmup_epochs"]
+    timed = timer.epochs[warmup:]
+    mine = {"rank": world.rank, "params": summary["params"],
+            "seconds": [steps[-1] - steps[0] for steps in timed],
+            "samples": [(len(steps) - 1) * cfg.train.batch_size for steps in timed],
+            "cores": sorted(os.sched_getaffinity(0)), "pinned_by_hvdtrain_bench": pinned,
+            "intra_op_threads": world.intra_op_threads,
+            "inter_op_threads": world.inter_op_threads,
+            "env": {k: os.environ.get(k) for k in
+                    ("OMPI_MCA_mpi_yield_when_idle", "HOROVOD_CYCLE_TIME",
+                     "HOROVOD_FUSION_THRESHOLD")}}
+    everyone = dist.allgather_object(mine)  # Horovod: every rank's own counts and times
+    if world.is_chief:
+        Path(options["out"]).write_text(json.dumps({"controller": world.controller,
+                                                    "ranks": everyone}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
+            extra_assignments: Sequence[str] = ()) -> dict[str, Any]:
+    """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals."""
+    steps = plan.steps_per_repeat + 1
+    num_samples, eval_fraction = synthetic_sizes(ranks, workload.batch_size, steps)
+    run_dir = work_dir / f"{workload.name}-{ranks}-{time.monotonic_ns()}"
+    out = run_dir.with_suffix(".json")
+    assignments = [f"train.batch_size={workload.batch_size}", f"train.epochs={plan.epochs}",
+                   "train.eval_every=0", f"data.num_samples={num_samples}",
+                   f"data.eval_fraction={eval_fraction!r}",
+                   "data.image_shape=" + ",".join(map(str, workload.image_shape)),
+                   f"data.num_classes={workload.num_classes}",
+                   "run.export=false", "run.tensorboard=false", "run.progress_every_s=0",
+                   f"run.run_dir={run_dir}", *extra_assignments]
+    options = {"preset": workload.preset, "assignments": assignments, "out": str(out),
+               "warmup_epochs": plan.warmup_epochs, "launcher": plan.launcher}
+    command = common.launch_command(plan.launcher, ranks,
+                                    common.rank_argv("hvdtrain.bench.scaling", options))
+    output = common.run_job(command, what=f"scaling {workload.name} on {ranks} ranks")
+    raw = common.read_json_output(out, f"scaling {workload.name} on {ranks} ranks", output)
+    rates = repeat_rates(raw["ranks"])
+    per_rank = [r["samples"][i] / r["seconds"][i] for r in raw["ranks"]
+                for i in range(len(r["seconds"]))]
+    return {"model": workload.name, "ranks": ranks, "controller": raw["controller"],
+            "launcher": plan.launcher, "batch_size_per_rank": workload.batch_size,
+            "image_shape": list(workload.image_shape),
+            "total_samples_per_sec": common.summarize(rates),
+            "per_rank_samples_per_sec": common.summarize(per_rank),
+            "core_budget": [{"rank": r["rank"], "cores": r["cores"],
+                             "intra_op_threads": r["intra_op_threads"],
+                             "inter_op_threads": r["inter_op_threads"]}
+                            for r in raw["ranks"]],
+            "rank_env": raw["ranks"][0]["env"], "raw": raw["ranks"]}
+
+
+def add_efficiency(rows: list[dict]) -> None:
+    base = {r["model"]: r["total_samples_per_sec"]["median"] for r in rows if r["ranks"] == 1}
+    for r in rows:
+        if r["model"] in base:
+            r["weak_scaling_efficiency"] = weak_scaling_efficiency(
+                r["total_samples_per_sec"]["median"], r["ranks"], base[r["model"]])
+
+
+def run(out_dir: Path, *, models: Sequence[str], plan: Plan,
+        horovod_synthetic: Path | None = None, quick: bool = False) -> dict[str, Any]:
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
+        for name in models:
+            for ranks in plan.world_sizes:
+                common.say(f"scaling: {name} on {ranks} rank(s) ({plan.launcher})...")
+                row = measure(WORKLOADS[name], ranks, plan, Path(tmp))
+                rows.append(row)
+                common.say(f"  {row['total_samples_per_sec']['median']:,.1f} samples/s total "
+                           f"(spread {row['total_samples_per_sec']['spread']:.0%})")
+        add_efficiency(rows)
+        from hvdtrain.bench import versus_horovod
+        versus = versus_horovod.run(horovod_synthetic, Path(tmp), quick=quick)
+    result = {"benchmark": "scaling", "machine": common.machine(), "plan": asdict(plan),
+              "results": rows, "versus_horovod_synthetic": versus}
+    common.write_outputs(out_dir, "scaling", result, markdown(result))
+    plot(out_dir, result)
+    return result
+
+
+def markdown(result: dict) -> str:
+    plan = result["plan"]
+    lines = [f"Weak scaling, {plan['launcher']} launcher, one core per rank, "
+             f"{plan['repeats']} timed repeats of {plan['steps_per_repeat']} steps after "
+             f"{plan['warmup_epochs']} warmup epoch(s); median (min..max).", ""]
+    rows = []
+    for r in result["results"]:
+        t, p = r["total_samples_per_sec"], r["per_rank_samples_per_sec"]
+        rows.append([r["model"], r["ranks"], r["batch_size_per_rank"],
+                     f"{t['median']:,.1f} ({t['min']:,.1f}..{t['max']:,.1f})",
+                     f"{p['median']:,.1f}", r.get("weak_scaling_efficiency"),
+                     f"{r['core_budget'][0]['intra_op_threads']} intra / "
+                     f"{len(r['core_budget'][0]['cores'])} core"])
+    lines.append(common.markdown_table(
+        ["model", "ranks", "batch/rank", "samples/s total", "samples/s per rank",
+         "efficiency", "budget per rank"], rows))
+    from hvdtrain.bench import versus_horovod
+    lines += ["", versus_horovod.markdown(result["versus_horovod_synthetic"])]
+    return "\n".join(lines)
+
+
+def plot(out_dir: Path, result: dict) -> None:
+    series, ideal_x, ideal_y = {}, [], []
+    for r in result["results"]:
+        xs, ys = series.setdefault(r["model"], ([], []))
+        xs.append(r["ranks"])
+        ys.append(r.get("weak_scaling_efficiency", math.nan))
+    sizes = sorted({r["ranks"] for r in result["results"]})
+    common.plot_lines(out_dir / "scaling.png", series, title="Weak-scaling efficiency",
+                      xlabel="ranks (one core each)", ylabel="T_N / (N * T_1)",
+                      reference=(sizes, [1.0] * len(sizes)), reference_label="ideal")
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) == 3 and argv[1] == "rank":
+        rank_main(json.loads(argv[2]))
+    else:
+        sys.exit("usage: python -m hvdtrain.bench.scaling rank OPTIONS_JSON "
+                 "(launched by 'hvdtrain bench scaling')")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
