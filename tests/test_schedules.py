@@ -91,3 +91,10 @@ def test_gloo_host_name_check():
     # "Hosts" that are all this machine (localhost, 127.0.0.1) talk over loopback: fine.
     assert placement.gloo_host_name_problem({**across, "HOROVOD_GLOO_IFACE": "lo"}, "node1",
                                             loopback) is None
+
+
+def test_rank_env_defaults_fill_only_what_is_unset():
+    assert placement.rank_env_defaults({}) == placement.RANK_ENV_DEFAULTS
+    assert placement.RANK_ENV_DEFAULTS["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    mine = {"OMPI_MCA_mpi_yield_when_idle": "0", "HOROVOD_CYCLE_TIME": "5"}
+    assert placement.rank_env_defaults(mine) == {}   # the user's (or config's) settings win
