@@ -260,13 +260,5 @@ def plot(out_dir: Path, result: dict[str, Any]) -> None:
                       logy=True)
 
 
-def main(argv: Sequence[str]) -> None:
-    if len(argv) == 3 and argv[1] == "rank":
-        rank_main(json.loads(argv[2]))
-    else:
-        sys.exit("usage: python -m hvdtrain.bench.allreduce rank OPTIONS_JSON "
-                 "(launched by 'hvdtrain bench allreduce')")
-
-
 if __name__ == "__main__":
-    main(sys.argv)
+    common.rank_entry(sys.argv, rank_main, "hvdtrain.bench.allreduce")

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hvdtrain.errors import UserError
 
@@ -80,6 +80,16 @@ def launch_command(launcher: str, ranks: int, argv: Sequence[str]) -> list[str]:
 def rank_argv(module: str, options: Mapping[str, Any]) -> list[str]:
     """``python -m MODULE rank OPTIONS_JSON``: the rank side of a benchmark."""
     return [sys.executable, "-m", module, "rank", json.dumps(options)]
+
+
+def rank_entry(argv: Sequence[str], rank_main: Callable[[dict], None], module: str) -> None:
+    """The ``__main__`` of a benchmark module: ``python -m MODULE rank OPTIONS_JSON`` runs one
+    rank of a measured job (see ``rank_argv``)."""
+    if len(argv) == 3 and argv[1] == "rank":
+        rank_main(json.loads(argv[2]))
+    else:
+        sys.exit(f"usage: python -m {module} rank OPTIONS_JSON (launched by 'hvdtrain bench "
+                 f"{module.rsplit('.', 1)[-1]}')")
 
 
 def run_job(command: Sequence[str], *, env: Mapping[str, str] | None = None,

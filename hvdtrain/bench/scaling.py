@@ -240,13 +240,5 @@ def plot(out_dir: Path, result: dict) -> None:
                       reference=(sizes, [1.0] * len(sizes)), reference_label="ideal")
 
 
-def main(argv: Sequence[str]) -> None:
-    if len(argv) == 3 and argv[1] == "rank":
-        rank_main(json.loads(argv[2]))
-    else:
-        sys.exit("usage: python -m hvdtrain.bench.scaling rank OPTIONS_JSON "
-                 "(launched by 'hvdtrain bench scaling')")
-
-
 if __name__ == "__main__":
-    main(sys.argv)
+    common.rank_entry(sys.argv, rank_main, "hvdtrain.bench.scaling")

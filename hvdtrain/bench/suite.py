@@ -101,8 +101,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"hvdtrain bench: {e}", file=sys.stderr, flush=True)
         return 1
     if kind == "all" and args.readme:
-        update_readme(args.readme, out, " ".join(["hvdtrain bench", *map(shlex.quote, sys.argv[2:])])
-                      if Path(sys.argv[0]).name == "hvdtrain" else "hvdtrain bench all")
+        command = (" ".join(["hvdtrain bench", *map(shlex.quote, sys.argv[2:])])
+                   if Path(sys.argv[0]).name == "hvdtrain" else "hvdtrain bench all")
+        update_readme(args.readme, out, command)
     common.say(f"bench {kind}: done in {time.monotonic() - started:.0f}s, results in {out}")
     return 0
 
