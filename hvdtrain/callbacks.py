@@ -1,5 +1,6 @@
-"""Keras callbacks for a distributed fit. ``Trainer`` adds them in the order that matters:
-first those every rank runs (they contain collectives), then rank 0's printing and writing."""
+"""Keras callbacks for a distributed fit, and ``assemble``, which puts them in the order that
+matters: first those every rank runs (they contain collectives), then rank 0's printing and
+writing, then the checkpoint that all ranks agree on."""
 from __future__ import annotations
 
 import json
@@ -8,13 +9,66 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import tensorflow as tf
 
 from hvdtrain import checkpoints, schedules
+from hvdtrain.config import Config
 from hvdtrain.errors import UserError
+
+if TYPE_CHECKING:
+    from hvdtrain.dist import World
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The callbacks of one training run, in order, and the ones the Trainer reads back."""
+    callbacks: list[tf.keras.callbacks.Callback]
+    evaluation: "ExactEvaluation"
+    throughput: "Throughput"
+    watchdog: "StallWatchdog | None"
+
+
+def assemble(config: Config, world: "World", *, run_dir: Path, checkpoint: tf.train.Checkpoint,
+             steps: int, samples_per_epoch: int, peak_lr: float,
+             evaluate: Callable[[], dict],
+             metric_average: tf.keras.callbacks.Callback | None,
+             agree: Callable[[str | None], None],
+             extra: Sequence[tf.keras.callbacks.Callback] = ()) -> Hooks:
+    """Every rank, in this order: average the epoch's metrics over ranks (a collective; the
+    custom loop adds its sums across ranks itself and passes None), stop all together on a NaN
+    loss, the lr schedule, the exact eval (a collective), the throughput; then the numbers rank 0
+    reports; last, the checkpoint (rank 0 writes, all agree it worked) and ``extra``.
+    Under Gloo, where Horovod's stall check is inert, a watchdog bounds the wait."""
+    cfg = config
+    # The schedule counts optimizer updates: one per backward_passes_per_step batches.
+    updates = math.ceil(steps / cfg.horovod.backward_passes_per_step)
+    lr = LearningRateSchedule(base_lr=cfg.optim.lr, peak_lr=peak_lr,
+                              warmup_steps=round(cfg.optim.warmup_epochs * updates),
+                              total_steps=cfg.train.epochs * updates, decay=cfg.optim.decay)
+    evaluation = ExactEvaluation(evaluate, cfg.train.eval_every, cfg.train.epochs)
+    throughput = Throughput(samples_per_epoch * world.size)  # this rank's samples, N ranks
+    every_rank = [*([metric_average] if metric_average else []),
+                  StopOnNonFiniteLoss(run_dir), lr, evaluation, throughput]
+    chief_only: list[tf.keras.callbacks.Callback] = []
+    if world.is_chief:
+        if cfg.run.tensorboard:
+            chief_only.append(tf.keras.callbacks.TensorBoard(
+                str(run_dir / "tensorboard"), write_graph=False, profile_batch=0))
+        chief_only += [ProgressLine(cfg.train.epochs, steps_per_epoch=steps,
+                                    global_batch=cfg.train.batch_size * world.size,
+                                    every_seconds=cfg.run.progress_every_s),
+                       MetricsLog(run_dir / "metrics.jsonl")]
+    last = [Checkpointer(checkpoint, run_dir, cfg.run.keep_checkpoints, is_chief=world.is_chief,
+                         agree=agree), *extra]
+    watchdog = (StallWatchdog(cfg.run.stall_abort_s, world.rank)
+                if world.controller == "gloo" and world.size > 1 and cfg.run.stall_abort_s
+                else None)
+    return Hooks(every_rank + chief_only + last + ([watchdog] if watchdog else []),
+                 evaluation, throughput, watchdog)
 
 
 class LearningRateSchedule(tf.keras.callbacks.Callback):

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain import config as config_lib
-from hvdtrain import placement, presets
-from hvdtrain.bench import suite as bench_suite
+from hvdtrain import launching, placement, presets
 from hvdtrain.errors import UserError
 
 # Flags that are shortcuts for config keys: flag dest -> (section, key).
@@ -76,7 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--run-dir", required=True, help="a run directory written by train")
     evaluate.add_argument("--set", dest="assignments", action="append", default=[],
                           metavar="KEY=VALUE", help="override a saved key (e.g. data.eval_path)")
-    bench_suite.add_parser(sub, _Parser)  # hvdtrain bench scaling|allreduce|peers|project|all
+    # hvdtrain bench scaling|allreduce|peers|project|all: its own parser, in hvdtrain.bench,
+    # which is imported for this command alone.
+    bench = sub.add_parser("bench", add_help=False,
+                           help="scaling benchmarks: figures as JSON, Markdown tables and PNG "
+                                "plots ('hvdtrain bench --help')")
+    bench.add_argument("bench_argv", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -101,21 +104,17 @@ def _eval_config(args: argparse.Namespace) -> config_lib.Config:
     return config_lib.with_overrides(base, config_lib.parse_assignments(args.assignments))
 
 
-def _quiet_tensorflow() -> None:
-    # TensorFlow's C++ start-up chatter (CPU features, missing CUDA) is noise on every rank.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         if args.command == "bench":  # launches its own jobs: no Horovod in this process
-            return bench_suite.run(args)
+            from hvdtrain.bench import suite
+            return suite.main(args.bench_argv, _Parser)
         try:
             cfg = _train_config(args) if args.command == "train" else _eval_config(args)
         except UserError as e:  # argv is the same on every rank, so is this error
             raise UserError(str(e), shared=True) from None
-        _quiet_tensorflow()
+        launching.quiet_tensorflow()
         from hvdtrain import dist, trainer  # TensorFlow and Horovod load here, not at import
 
         elastic = args.command == "train" and args.elastic
@@ -126,8 +125,6 @@ def run(argv: Sequence[str] | None = None) -> int:
                           stall_warning_s=cfg.run.stall_warning_s,
                           stall_abort_s=cfg.run.stall_abort_s, elastic=elastic)
         try:
-            if not elastic:  # elastic: checked at every (re)start, inside the elastic loop
-                dist.check_same_config(config_lib.to_dict(cfg), world)
             if args.command == "train":
                 trainer.Trainer(cfg, world, resume=args.resume, elastic=elastic).train()
             else:

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import dist
+from hvdtrain import dist, evaluation
 from hvdtrain.config import HorovodConfig
 
 LossFn = Callable[[tf.keras.Model, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
@@ -107,21 +107,21 @@ class TrainStep:
         with tf.GradientTape() as tape:
             loss, losses, logits = self._loss(x, y)
             if self.loss_scaled:
-                loss = self.optimizer.get_scaled_loss(loss)
+                loss = dist.scale_loss(self.optimizer, loss)
         tape = dist.distributed_tape(tape, self.options)  # Horovod: gradients reduced
         grads = tape.gradient(loss, variables)
         self._apply_gradients(grads)
-        return _sums(losses, logits, y)
+        return evaluation.batch_sums(losses, logits, y)
 
     def _accumulate_step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:  # local only: nothing crosses the network here
             loss, losses, logits = self._loss(x, y)
             if self.loss_scaled:
-                loss = self.optimizer.get_scaled_loss(loss)
+                loss = dist.scale_loss(self.optimizer, loss)
         for total, grad in zip(self._accumulated, tape.gradient(loss, variables)):
             total.assign_add(tf.convert_to_tensor(grad))
-        return _sums(losses, logits, y)
+        return evaluation.batch_sums(losses, logits, y)
 
     def _reduce_and_apply_accumulated(self, batches: tf.Tensor) -> None:
         mean = [total / batches for total in self._accumulated]
@@ -131,15 +131,8 @@ class TrainStep:
 
     def _apply_gradients(self, grads: list[tf.Tensor]) -> None:
         if self.loss_scaled:
-            grads = self.optimizer.get_unscaled_gradients(grads)
+            grads = dist.unscale_gradients(self.optimizer, grads)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-
-
-def _sums(losses: tf.Tensor, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    hits = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), tf.cast(y, tf.int32))
-    return tf.stack([tf.reduce_sum(tf.cast(losses, tf.float64)),
-                     tf.reduce_sum(tf.cast(hits, tf.float64)),
-                     tf.cast(tf.size(y), tf.float64)])
 
 
 def run_epochs(step: TrainStep, batches: Iterator, *, first_epoch: int, epochs: int,
@@ -160,8 +153,8 @@ def run_epochs(step: TrainStep, batches: Iterator, *, first_epoch: int, epochs: 
             totals += step(x, y)
             hooks.on_train_batch_end(batch, {"loss": totals[0] / totals[2]})
         step.finish()
-        loss_sum, correct, count = dist.allreduce_sum(totals)  # Horovod: totals of all ranks
-        logs = {"loss": loss_sum / count, "accuracy": correct / count}
+        loss, accuracy, _ = evaluation.totals(totals)  # exact over all ranks' samples
+        logs = {"loss": loss, "accuracy": accuracy}
         hooks.on_epoch_end(epoch, logs)
     hooks.on_train_end(logs)
     return logs

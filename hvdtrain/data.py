@@ -271,7 +271,6 @@ def train_dataset(split: Split, *, rank: int, size: int, batch_size: int, first_
     """This rank's batches for epochs first_epoch..epochs-1, with the steps per epoch (equal on
     every rank). ``pad=False`` (horovod.join_uneven): each rank reads its own shard once per
     epoch, so ranks may run different numbers of steps."""
-    sharding.check_enough_samples(len(split), size)
     if isinstance(split, Arrays):
         return _array_train(split, rank, size, batch_size, first_epoch, epochs, seed, shuffle,
                             pad)

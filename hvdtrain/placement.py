@@ -17,27 +17,6 @@ def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
     return 0
 
 
-# What hvdtrain sets in every rank's environment before hvd.init(), unless the user already set
-# it. Measured on a 2-core machine (benchmarks/README.md): with Open MPI's default, a rank
-# waiting in a collective busy-polls; Horovod's background thread then spins on the core the
-# training thread is bound to, and 2 ranks reached 0.62 weak-scaling efficiency instead of
-# ~0.96. Yielding when idle costs a few microseconds of latency per wait. Open MPI reads
-# OMPI_MCA_* from the environment at MPI_Init, which Horovod calls inside hvd.init().
-#
-# HOROVOD_CYCLE_TIME: Horovod's background thread gathers ready tensors once per cycle (1 ms by
-# default), which sets the floor of every all-reduce (~1.2 ms measured at 4 KiB to 1 MiB). At
-# 0.2 ms the floor halves, busbw at 1 to 4 MiB rises 1.3 to 1.7x, and MobileNetV2 on 2 ranks
-# trains 8 to 11% faster (benchmarks/README.md). horovod.cycle_time_ms in the config wins.
-RANK_ENV_DEFAULTS = {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "0.2"}
-
-
-def rank_env_defaults(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The launch defaults this rank still lacks: the variables of RANK_ENV_DEFAULTS that the
-    user (or the launcher, e.g. ``mpirun -x``, ``--mca``) has not set. Setting one yourself,
-    e.g. ``OMPI_MCA_mpi_yield_when_idle=0``, always wins."""
-    return {name: value for name, value in RANK_ENV_DEFAULTS.items() if name not in environ}
-
-
 def threads_per_rank(available_cores: int, total_cores: int, local_size: int) -> int:
     """This rank's fair share of the cores: all it is bound to, or an even split of the host.
 

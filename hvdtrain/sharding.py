@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 
-from hvdtrain.errors import UserError
 
 
 def shard_indices(num_samples: int, rank: int, size: int) -> np.ndarray:
@@ -31,11 +30,13 @@ def steps_per_epoch(num_samples: int, size: int, batch_size: int) -> int:
     return math.ceil(padded_shard_size(num_samples, size) / batch_size)
 
 
-def check_enough_samples(num_samples: int, size: int, what: str = "training set") -> None:
+def enough_samples_problem(num_samples: int, size: int,
+                           what: str = "training set") -> str | None:
+    """Why ``size`` ranks cannot share ``num_samples`` samples, or None."""
     if num_samples < size:
-        raise UserError(f"the {what} has {num_samples} samples but {size} ranks were launched: "
-                        f"every rank needs at least one; launch at most {num_samples} ranks or "
-                        f"use more data")
+        return (f"the {what} has {num_samples} samples but {size} ranks were launched: every "
+                f"rank needs at least one; launch at most {num_samples} ranks or use more data")
+    return None
 
 
 def epoch_order(num_samples: int, rank: int, size: int, epoch: int, seed: int,
@@ -46,7 +47,6 @@ def epoch_order(num_samples: int, rank: int, size: int, epoch: int, seed: int,
     The order depends only on its arguments, so a run resumed at epoch k sees exactly the
     batches an uninterrupted run would have seen.
     """
-    check_enough_samples(num_samples, size)
     own = shard_indices(num_samples, rank, size)
     padded = np.resize(own, padded_shard_size(num_samples, size)) if pad else own  # wraps
     if shuffle:

@@ -484,12 +484,6 @@ def test_array_train_seed_changes_the_order():
     assert not np.array_equal(a, c)
 
 
-def test_train_dataset_needs_a_sample_per_rank():
-    with pytest.raises(UserError, match="2 samples but 3 ranks"):
-        data.train_dataset(indexed(2), rank=0, size=3, batch_size=1, first_epoch=0, epochs=1,
-                           seed=0, shuffle=True)
-
-
 @pytest.mark.parametrize("n, size", [(7, 2), (7, 3), (11, 3), (5, 1)])
 def test_array_eval_is_disjoint_complete_and_unpadded(n, size):
     split = indexed(n)

@@ -1,39 +1,13 @@
-"""Horovod's options without Horovod: the HOROVOD_* variables set from the config, the values
-reported in force, what the fit loop refuses, and what a world size or controller refuses."""
+"""Horovod's options without a launcher: what the fit loop refuses, and what a world size or
+controller refuses (the HOROVOD_* variables they set: test_rank_env.py)."""
 from __future__ import annotations
 
-import os
 
 import pytest
 
-from hvdtrain import cli, config, hvd_options, presets
+from hvdtrain import cli, config, preflight, presets
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
-
-
-def test_defaults_set_no_variable_so_the_launcher_settings_stay():
-    assert hvd_options.runtime_env(HorovodConfig()) == {}
-
-
-def test_each_option_sets_its_variable(tmp_path):
-    env = hvd_options.runtime_env(HorovodConfig(
-        fusion_threshold_mb=64, cycle_time_ms=2.5, autotune=True, timeline="t.json"))
-    assert env == {"HOROVOD_FUSION_THRESHOLD": str(64 * 1024 * 1024),
-                   "HOROVOD_CYCLE_TIME": "2.5", "HOROVOD_AUTOTUNE": "1",
-                   "HOROVOD_TIMELINE": os.path.abspath("t.json")}
-    assert hvd_options.runtime_env(HorovodConfig(fusion_threshold_mb=0)) == {
-        "HOROVOD_FUSION_THRESHOLD": "0"}   # 0 turns fusion off, it is not "unset"
-
-
-def test_values_in_force_whoever_set_them():
-    assert hvd_options.in_force({}) == ("fusion 128 MB, cycle 1 ms, autotune off, "
-                                        "timeline off")
-    launcher_set = {"HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_CYCLE_TIME": "5",
-                    "HOROVOD_AUTOTUNE": "1", "HOROVOD_TIMELINE": "/tmp/t.json"}
-    assert hvd_options.in_force(launcher_set) == ("fusion 0 MB (off), cycle 5 ms, "
-                                                  "autotune on, timeline /tmp/t.json")
-    ours = hvd_options.runtime_env(HorovodConfig(fusion_threshold_mb=32, cycle_time_ms=3))
-    assert hvd_options.in_force(ours).startswith("fusion 32 MB, cycle 3 ms")
 
 
 @pytest.mark.parametrize("size, controller, fragment", [
@@ -42,17 +16,17 @@ def test_values_in_force_whoever_set_them():
     (2, "gloo", "needs Horovod's MPI controller"),
 ])
 def test_adasum_refuses_worlds_it_cannot_run(size, controller, fragment):
-    problem = hvd_options.world_problem(HorovodConfig(op="adasum"), size, controller)
+    problem = preflight.world_problem(HorovodConfig(op="adasum"), size, controller)
     assert problem and fragment in problem
 
 
 @pytest.mark.parametrize("size, controller", [(1, "gloo"), (2, "mpi"), (4, "mpi"), (8, "mpi")])
 def test_adasum_accepts_powers_of_two_over_mpi(size, controller):
-    assert hvd_options.world_problem(HorovodConfig(op="adasum"), size, controller) is None
+    assert preflight.world_problem(HorovodConfig(op="adasum"), size, controller) is None
 
 
 def test_average_runs_anywhere():
-    assert hvd_options.world_problem(HorovodConfig(), 3, "gloo") is None
+    assert preflight.world_problem(HorovodConfig(), 3, "gloo") is None
 
 
 @pytest.mark.parametrize("assignment, fragment", [

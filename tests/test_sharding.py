@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from hvdtrain import sharding
-from hvdtrain.errors import UserError
 
 SIZES = [1, 2, 3, 4]
 SAMPLE_COUNTS = [1, 2, 3, 4, 5, 7, 8, 10, 31, 64, 100, 1437]
@@ -59,9 +58,9 @@ def test_no_shuffle_keeps_the_strided_order():
     assert sharding.epoch_order(7, 0, 3, 0, 0, False).tolist() == [0, 3, 6]
 
 
-def test_more_ranks_than_samples_is_a_user_error():
-    with pytest.raises(UserError, match="3 samples but 4 ranks"):
-        sharding.epoch_order(3, 0, 4, 0, 0, False)
+def test_more_ranks_than_samples_is_a_problem():
+    assert "3 samples but 4 ranks" in sharding.enough_samples_problem(3, 4)
+    assert sharding.enough_samples_problem(4, 4) is None  # control: one sample each is enough
 
 
 def test_bad_rank_is_a_programming_error():

@@ -18,10 +18,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from hvdtrain.errors import UserError
+from hvdtrain import launching
 
-BIN = Path(sys.executable).parent
-LAUNCHERS = ("mpi", "gloo")
+LAUNCHERS = launching.LAUNCHERS
+cores = launching.cores
 
 
 class BenchError(RuntimeError):
@@ -44,37 +44,9 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 # Launching
 
-def launch_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # Open MPI refuses to run as root (CI, containers) unless told.
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    env.update(extra or {})
-    return env
-
-
 def launch_command(launcher: str, ranks: int, argv: Sequence[str]) -> list[str]:
-    """The command that starts ``ranks`` copies of ``argv``.
-
-    mpi: ``mpirun --bind-to core`` (Open MPI's own default for 2 ranks or fewer, made explicit
-    so that every N gets one core per rank). gloo: ``horovodrun --gloo``, which cannot bind;
-    the rank side pins itself instead (``pin_to_own_core``). single: one process, no launcher.
-    """
-    if launcher == "single":
-        return list(argv)
-    if launcher == "gloo":
-        return [str(BIN / "horovodrun"), "-np", str(ranks), "-H", f"localhost:{ranks}",
-                "--gloo", *argv]
-    if launcher == "mpi":
-        mpirun = shutil.which("mpirun")
-        if not mpirun:
-            raise UserError("mpirun not found: run 'make install'")
-        binding = (["--bind-to", "core", "--map-by", "core"] if ranks <= cores()
-                   else ["--oversubscribe", "--bind-to", "none"])
-        return [mpirun, "-np", str(ranks), *binding, *argv]
-    raise ValueError(f"unknown launcher {launcher!r}")
+    """A measured job's command: one core per rank under mpirun (see launching)."""
+    return launching.launch_command(launcher, ranks, argv, bind_to_core=True)
 
 
 def rank_argv(module: str, options: Mapping[str, Any]) -> list[str]:
@@ -96,7 +68,7 @@ def run_job(command: Sequence[str], *, env: Mapping[str, str] | None = None,
             timeout: float = 600, what: str = "job") -> str:
     """Runs a measured job to the end; its output, or BenchError with the last lines of it."""
     try:
-        proc = subprocess.run(list(command), env=launch_env(env), stdout=subprocess.PIPE,
+        proc = subprocess.run(list(command), env=launching.launch_env(env), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
@@ -127,10 +99,6 @@ def pin_to_own_core() -> int | None:
     core = sorted(available)[local_rank % len(available)]
     os.sched_setaffinity(0, {core})
     return core
-
-
-def cores() -> int:
-    return os.cpu_count() or 1
 
 
 def free_ports(count: int) -> list[int]:

@@ -143,8 +143,7 @@ def rank_main(options: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Driver
 
-def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
-            extra_assignments: Sequence[str] = ()) -> dict[str, Any]:
+def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path) -> dict[str, Any]:
     """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals."""
     steps = plan.steps_per_repeat + 1
     num_samples, eval_fraction = synthetic_sizes(ranks, workload.batch_size, steps)
@@ -156,7 +155,7 @@ def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
                    "data.image_shape=" + ",".join(map(str, workload.image_shape)),
                    f"data.num_classes={workload.num_classes}",
                    "run.export=false", "run.tensorboard=false", "run.progress_every_s=0",
-                   f"run.run_dir={run_dir}", *extra_assignments]
+                   f"run.run_dir={run_dir}"]
     options = {"preset": workload.preset, "assignments": assignments, "out": str(out),
                "warmup_epochs": plan.warmup_epochs, "launcher": plan.launcher}
     command = common.launch_command(plan.launcher, ranks,
@@ -187,7 +186,9 @@ def add_efficiency(rows: list[dict]) -> None:
 
 
 def run(out_dir: Path, *, models: Sequence[str], plan: Plan,
-        horovod_synthetic: Path | None = None, quick: bool = False) -> dict[str, Any]:
+        versus: dict[str, Any]) -> dict[str, Any]:
+    """Every model at every world size; ``versus`` is the comparison with Horovod's own
+    benchmark (versus_horovod.run), reported beside the rows."""
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for name in models:
@@ -198,8 +199,6 @@ def run(out_dir: Path, *, models: Sequence[str], plan: Plan,
                 common.say(f"  {row['total_samples_per_sec']['median']:,.1f} samples/s total "
                            f"(spread {row['total_samples_per_sec']['spread']:.0%})")
         add_efficiency(rows)
-        from hvdtrain.bench import versus_horovod
-        versus = versus_horovod.run(horovod_synthetic, Path(tmp), quick=quick)
     result = {"benchmark": "scaling", "machine": common.machine(), "plan": asdict(plan),
               "results": rows, "versus_horovod_synthetic": versus}
     common.write_outputs(out_dir, "scaling", result, markdown(result))
@@ -223,13 +222,28 @@ def markdown(result: dict) -> str:
     lines.append(common.markdown_table(
         ["model", "ranks", "batch/rank", "samples/s total", "samples/s per rank",
          "efficiency", "budget per rank"], rows))
-    from hvdtrain.bench import versus_horovod
-    lines += ["", versus_horovod.markdown(result["versus_horovod_synthetic"])]
+    lines += ["", versus_markdown(result["versus_horovod_synthetic"])]
     return "\n".join(lines)
 
 
+def versus_markdown(result: dict[str, Any]) -> str:
+    """The comparison with Horovod's TF2 synthetic benchmark (versus_horovod.run)."""
+    if "skipped" in result:
+        return f"Versus Horovod's TF2 synthetic benchmark: skipped ({result['skipped']})."
+    rows = [[r["ranks"], r["horovod_total_img_per_sec"]["median"],
+             r["horovod_efficiency"], r["hvdtrain_total_img_per_sec"]["median"],
+             r["hvdtrain_efficiency"], f"{r['ratio']:.2f}x"] for r in result["results"]]
+    return "\n".join([
+        f"Versus Horovod's TF2 synthetic benchmark ({result['model']}, batch "
+        f"{result['batch_size_per_rank']} per rank, {result['launch']}, one core per rank, "
+        f"each with its own defaults; medians of {result['plan']['repeats']} repeats):", "",
+        common.markdown_table(["ranks", "Horovod img/s", "Horovod efficiency",
+                               "hvdtrain img/s", "hvdtrain efficiency", "hvdtrain / Horovod"],
+                              rows)])
+
+
 def plot(out_dir: Path, result: dict) -> None:
-    series, ideal_x, ideal_y = {}, [], []
+    series = {}
     for r in result["results"]:
         xs, ys = series.setdefault(r["model"], ([], []))
         xs.append(r["ranks"])

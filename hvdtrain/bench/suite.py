@@ -17,9 +17,10 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 DEFAULT_OUT = "benchmarks/results"
 
 
-def add_parser(sub: argparse._SubParsersAction, parser_class: type) -> None:
-    bench = sub.add_parser(
-        "bench", help="scaling benchmarks: figures as JSON, Markdown tables and PNG plots",
+def parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """``hvdtrain bench``'s own command line (the CLI imports this module for bench alone)."""
+    bench = parser_class(
+        prog="hvdtrain bench",
         description="Measures how hvdtrain scales on this machine. Each benchmark launches its "
                     "own jobs (mpirun, horovodrun, tf.distribute processes): run it in one "
                     "plain process, not under a launcher.")
@@ -55,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction, parser_class: type) -> None:
         if name == "all":
             p.add_argument("--readme", type=Path, default=None,
                            help="rewrite the block between the bench markers of this file")
+    return bench
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -77,8 +79,13 @@ def _models(text: str | None, quick: bool) -> list[str]:
     return names
 
 
+def main(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
+    """``hvdtrain bench ARGV``."""
+    return run(parser(parser_class).parse_args(argv))
+
+
 def run(args: argparse.Namespace) -> int:
-    from hvdtrain.bench import allreduce, peers, project, scaling
+    from hvdtrain.bench import allreduce, peers, project, scaling, versus_horovod
     out = Path(args.out)
     started = time.monotonic()
     kind = args.benchmark
@@ -89,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
             plan = scaling.Plan(world_sizes=_ints(args.world_sizes, "--world-sizes"),
                                 warmup_epochs=base.warmup_epochs, repeats=base.repeats,
                                 steps_per_repeat=base.steps_per_repeat, launcher=args.launcher)
-            scaling.run(out, models=_models(args.models, quick), plan=plan,
-                        horovod_synthetic=args.horovod_synthetic, quick=quick)
+            versus = versus_horovod.run(args.horovod_synthetic, quick=quick)
+            scaling.run(out, models=_models(args.models, quick), plan=plan, versus=versus)
         if kind in ("allreduce", "all"):
             allreduce.run(out, quick=quick)
         if kind in ("peers", "all"):

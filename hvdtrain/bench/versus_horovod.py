@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ def horovod_command(script: Path, ranks: int, plan: scaling.Plan) -> list[str]:
     return common.launch_command("mpi", ranks, argv)
 
 
-def run(script: Path | None, work_dir: Path, *, quick: bool) -> dict[str, Any]:
+def run(script: Path | None, *, quick: bool) -> dict[str, Any]:
     if script is None or not Path(script).is_file():
         why = ("no --horovod-synthetic PATH given" if script is None
                else f"{script} does not exist")
@@ -49,24 +50,9 @@ def run(script: Path | None, work_dir: Path, *, quick: bool) -> dict[str, Any]:
         return {"skipped": why}
     plan = QUICK if quick else FULL
     rows = []
-    for ranks in plan.world_sizes:
-        common.say(f"versus Horovod: Horovod's synthetic benchmark on {ranks} rank(s)...")
-        output = common.run_job(horovod_command(script, ranks, plan),
-                                what=f"Horovod's synthetic benchmark on {ranks} ranks")
-        per_rank = horovod_rates(output)
-        if not per_rank:
-            raise common.BenchError(f"no 'Iter #' lines in the output of {script}:\n"
-                                    + "\n".join(output.splitlines()[-15:]))
-        common.say(f"versus Horovod: hvdtrain on {ranks} rank(s)...")
-        ours = scaling.measure(MODEL, ranks, plan, work_dir)
-        theirs = common.summarize([ranks * r for r in per_rank])  # their method: rank 0 x N
-        rows.append({"ranks": ranks, "horovod_total_img_per_sec": theirs,
-                     "hvdtrain_total_img_per_sec": ours["total_samples_per_sec"],
-                     "ratio": ours["total_samples_per_sec"]["median"] / theirs["median"],
-                     "hvdtrain_core_budget": ours["core_budget"]})
-        common.say(f"  Horovod {theirs['median']:.1f} img/s, hvdtrain "
-                   f"{ours['total_samples_per_sec']['median']:.1f} img/s: "
-                   f"{rows[-1]['ratio']:.2f}x")
+    with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
+        for ranks in plan.world_sizes:
+            rows.append(_compare(script, ranks, plan, Path(tmp)))
     one = {r["ranks"]: r for r in rows}
     for r in rows:
         for system in ("horovod", "hvdtrain"):
@@ -79,17 +65,21 @@ def run(script: Path | None, work_dir: Path, *, quick: bool) -> dict[str, Any]:
                      "steps_per_repeat": plan.steps_per_repeat}, "results": rows}
 
 
-def markdown(result: dict[str, Any]) -> str:
-    if "skipped" in result:
-        return f"Versus Horovod's TF2 synthetic benchmark: skipped ({result['skipped']})."
-    rows = [[r["ranks"], r["horovod_total_img_per_sec"]["median"],
-             r["horovod_efficiency"], r["hvdtrain_total_img_per_sec"]["median"],
-             r["hvdtrain_efficiency"], f"{r['ratio']:.2f}x"] for r in result["results"]]
-    return "\n".join([
-        f"Versus Horovod's TF2 synthetic benchmark ({result['model']}, batch "
-        f"{result['batch_size_per_rank']} per rank, {result['launch']}, one core per rank, "
-        f"each with its own defaults; medians of {result['plan']['repeats']} repeats):", "",
-        common.markdown_table(["ranks", "Horovod img/s", "Horovod efficiency",
-                               "hvdtrain img/s", "hvdtrain efficiency", "hvdtrain / Horovod"],
-                              rows)])
-
+def _compare(script: Path, ranks: int, plan: scaling.Plan, work_dir: Path) -> dict[str, Any]:
+    """Horovod's script, then hvdtrain, on ``ranks`` ranks."""
+    common.say(f"versus Horovod: Horovod's synthetic benchmark on {ranks} rank(s)...")
+    output = common.run_job(horovod_command(script, ranks, plan),
+                            what=f"Horovod's synthetic benchmark on {ranks} ranks")
+    per_rank = horovod_rates(output)
+    if not per_rank:
+        raise common.BenchError(f"no 'Iter #' lines in the output of {script}:\n"
+                                + "\n".join(output.splitlines()[-15:]))
+    common.say(f"versus Horovod: hvdtrain on {ranks} rank(s)...")
+    ours = scaling.measure(MODEL, ranks, plan, work_dir)
+    theirs = common.summarize([ranks * r for r in per_rank])  # their method: rank 0 x N
+    ratio = ours["total_samples_per_sec"]["median"] / theirs["median"]
+    common.say(f"  Horovod {theirs['median']:.1f} img/s, hvdtrain "
+               f"{ours['total_samples_per_sec']['median']:.1f} img/s: {ratio:.2f}x")
+    return {"ranks": ranks, "horovod_total_img_per_sec": theirs,
+            "hvdtrain_total_img_per_sec": ours["total_samples_per_sec"], "ratio": ratio,
+            "hvdtrain_core_budget": ours["core_budget"]}

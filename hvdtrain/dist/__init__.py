@@ -1,15 +1,22 @@
-"""The distributed layer: the only module that imports Horovod.
+"""The distributed layer: the only package that imports Horovod.
 
-Everything else takes ``rank`` and ``size`` as plain arguments (see ``World``), so the sharding,
-schedules and config stay testable without MPI, and a Keras 3 path built on Horovod's plain
-collectives can later sit beside the Keras 2 one kept here.
+Everything else takes ``rank`` and ``size`` as plain arguments (see ``World``), so sharding,
+schedules and config stay testable without MPI. This module holds what serves any Keras:
+init and placement, the collectives on plain tensors and Python objects, and the checks that
+make all ranks stop together. What depends on the Keras version (the optimizer wrapper, the
+gradient tape, metric averaging, elastic state) sits behind ``KerasBinding``: ``keras2.py`` is
+Horovod's own Keras layer, for tf.keras 2 (TensorFlow 2.15); a Keras 3 binding built on the
+plain collectives can sit beside it.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
@@ -17,13 +24,11 @@ import tensorflow as tf
 
 # Horovod: plain collectives on tensors; these serve any Keras version.
 import horovod.tensorflow as hvd
-# Horovod: the Keras 2 wrapper (tf.keras in TF 2.15): DistributedOptimizer and callbacks.
-import horovod.tensorflow.keras as hvd_keras
 # Horovod: the error a collective raises when a peer died mid-operation.
 from horovod.common.exceptions import HorovodInternalError
 
 from hvdtrain import config as config_lib
-from hvdtrain import hvd_options, placement
+from hvdtrain import placement, rank_env
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
 
@@ -46,23 +51,6 @@ class World:
         return self.rank == 0
 
 
-def set_horovod_env(options: HorovodConfig, *, stall_warning_s: int = 60,
-                    stall_abort_s: int = 600) -> None:
-    """The HOROVOD_* settings hvdtrain takes from its config. Horovod reads them once, inside
-    hvd.init(), so they must be in os.environ before it."""
-    # Horovod: the stall check warns, naming the tensor and the ranks that never submitted it,
-    # once some ranks have waited this long in a collective ...
-    os.environ["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(stall_warning_s)
-    # Horovod: ... and shuts the job down after this long (0: never), so a stalled rank cannot
-    # hold the others in a collective forever.
-    os.environ["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(stall_abort_s)
-    # Horovod: fusion threshold, cycle time, autotune and timeline, where the config sets them.
-    os.environ.update(hvd_options.runtime_env(options))
-    # Horovod: hvd.init() starts MPI, which reads its settings from the environment there:
-    # hvdtrain's launch defaults (yield when idle instead of busy-polling), unless set already.
-    os.environ.update(placement.rank_env_defaults(os.environ))
-
-
 def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: int = 0,
          options: HorovodConfig | None = None, stall_warning_s: int = 60,
          stall_abort_s: int = 600, elastic: bool = False) -> World:
@@ -77,8 +65,10 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
                                                socket.gethostbyname)
     if problem:
         raise UserError(problem)
-    set_horovod_env(options or HorovodConfig(), stall_warning_s=stall_warning_s,
-                    stall_abort_s=stall_abort_s)
+    # Horovod and MPI read their settings once, inside hvd.init(): see rank_env for what and why.
+    os.environ.update(rank_env.rank_environment(options or HorovodConfig(), os.environ,
+                                                stall_warning_s=stall_warning_s,
+                                                stall_abort_s=stall_abort_s))
     # Horovod: one process per device; init() joins the ring built by horovodrun/mpirun.
     hvd.init()
     rank, size = hvd.rank(), hvd.size()  # Horovod: this process's place in the job
@@ -115,7 +105,7 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
 
 
 def horovod_settings_in_force() -> str:
-    return hvd_options.in_force(os.environ)  # what hvd.init() read (see above)
+    return rank_env.in_force(os.environ)  # what hvd.init() read (see above)
 
 
 def refresh_world(world: World) -> World:
@@ -149,19 +139,6 @@ def lost_a_rank(error: BaseException) -> bool:
         isinstance(error, tf.errors.OpError) and "Horovod has been shut down" in str(error))
 
 
-def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
-                  **values: Any) -> Any:
-    # Horovod: what elastic training commits in memory and syncs to new workers: weights,
-    # optimizer slots and plain values (the epoch, the run directory).
-    return hvd_keras.elastic.KerasState(model, optimizer=optimizer, **values)
-
-
-def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
-    # Horovod: re-runs ``train`` after a worker is lost (state rolled back to the last commit)
-    # or added (at the next commit), each time on the new ring, after syncing state from rank 0.
-    return hvd_keras.elastic.run(train)
-
-
 def agree_or_fail(problem: str | None, world: World) -> None:
     """A collective check: if any rank hit a user error, every rank raises it, together.
 
@@ -181,28 +158,11 @@ def agree_or_fail(problem: str | None, world: World) -> None:
         raise UserError(f"{first}{where}", shared=True)
 
 
-def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
-                          options: HorovodConfig | None = None) -> tf.keras.optimizers.Optimizer:
-    options = options or HorovodConfig()
-    # Horovod: average gradients across ranks with ring all-reduce before every update
-    # (compressed to float16 on the wire if asked; sparse gradients reduced densely if asked).
-    return hvd_keras.DistributedOptimizer(optimizer, compression=_compression(options),
-                                          sparse_as_dense=options.sparse_as_dense)
-
-
-def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
-    # Horovod: tape.gradient() returns gradients already reduced across ranks (average or
-    # Adasum), so every rank applies the same update.
-    return hvd.DistributedGradientTape(tape, compression=_compression(options),
-                                       sparse_as_dense=options.sparse_as_dense,
-                                       op=_reduce_op(options))
-
-
 def allreduce_gradients(gradients: Sequence[tf.Tensor], options: HorovodConfig) -> list[tf.Tensor]:
     """What ``distributed_tape`` does to its gradients, for dense gradients accumulated locally
     over several batches (backward_passes_per_step > 1): one all-reduce per k batches."""
     # Horovod: the tape's reduction and compression, one named all-reduce per variable.
-    return [hvd.allreduce(grad, op=_reduce_op(options), compression=_compression(options),
+    return [hvd.allreduce(grad, op=reduce_op(options), compression=compression(options),
                           name=f"hvdtrain_accumulated_grad_{i}")
             for i, grad in enumerate(gradients)]
 
@@ -216,12 +176,12 @@ def join() -> int:
     return int(tf.function(hvd.join)())
 
 
-def _compression(options: HorovodConfig) -> Any:
+def compression(options: HorovodConfig) -> Any:
     # Horovod: fp16 casts float32 gradients to float16 for the wire and back after it.
     return hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none
 
 
-def _reduce_op(options: HorovodConfig) -> Any:
+def reduce_op(options: HorovodConfig) -> Any:
     # Horovod: Adasum combines gradients by their directions instead of averaging them.
     return hvd.Adasum if options.op == "adasum" else hvd.Average
 
@@ -243,11 +203,6 @@ def allreduce_sum(values: np.ndarray) -> np.ndarray:
     return hvd.allreduce(tensor, op=hvd.Sum, name="hvdtrain_sum").numpy()
 
 
-def metric_average_callback() -> tf.keras.callbacks.Callback:
-    # Horovod: the epoch's train metrics become the mean over ranks before anyone logs them.
-    return hvd_keras.callbacks.MetricAverageCallback()
-
-
 def allgather_object(obj: Any) -> list:
     # Horovod: every rank's Python value, in rank order, on every rank (benchmark figures).
     return hvd.allgather_object(obj)
@@ -259,3 +214,74 @@ def allreduce_each(tensors: Sequence[tf.Tensor], name: str) -> list[tf.Tensor]:
     Horovod fuses them into one buffer when tensor fusion is on."""
     # Horovod: one named all-reduce per tensor; names must match across ranks.
     return [hvd.allreduce(t, op=hvd.Sum, name=f"{name}.{i}") for i, t in enumerate(tensors)]
+
+
+def rank0_then_all(work: Callable[[], T], world: World) -> T:
+    """A collective: runs ``work`` on rank 0 alone (file system work such as opening the run
+    directory), then gives its result, or its user error, to every rank."""
+    result, problem = None, None
+    if world.is_chief:
+        try:
+            result = work()
+        except UserError as e:
+            problem = str(e)
+    agree_or_fail(problem, world)  # Horovod: rank 0's error stops every rank
+    return broadcast_object(result)  # Horovod: rank 0's answer reaches every rank
+
+
+# ---------------------------------------------------------------------------------------------
+# What depends on the Keras version: one binding module per Keras, chosen once per process.
+#
+# KerasBinding, the functions every binding module provides:
+#   distributed_optimizer(optimizer, options)  the optimizer whose update all-reduces gradients
+#   distributed_tape(tape, options)            a tape whose gradient() returns reduced gradients
+#   metric_average_callback()                  averages the epoch's train metrics over ranks
+#   elastic_state(model, optimizer, **values)  what elastic training commits and syncs
+#   run_elastic(train)                         the elastic retry loop around ``train(state)``
+#   save_model(model, path)                    the export format this Keras loads back
+#   scale_loss(optimizer, loss)                a LossScaleOptimizer's scaled loss ...
+#   unscale_gradients(optimizer, gradients)    ... and its gradients unscaled
+
+@functools.cache
+def _keras_binding() -> ModuleType:
+    keras_version = getattr(tf.keras, "__version__", "2.")
+    if not keras_version.startswith("2."):
+        raise UserError(f"this TensorFlow ships Keras {keras_version}; hvdtrain's Horovod "
+                        f"binding here is for Keras 2: install tensorflow-cpu 2.15 (make install)")
+    from hvdtrain.dist import keras2
+    return keras2
+
+
+def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
+                          options: HorovodConfig | None = None) -> tf.keras.optimizers.Optimizer:
+    return _keras_binding().distributed_optimizer(optimizer, options or HorovodConfig())
+
+
+def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
+    return _keras_binding().distributed_tape(tape, options)
+
+
+def metric_average_callback() -> tf.keras.callbacks.Callback:
+    return _keras_binding().metric_average_callback()
+
+
+def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
+                  **values: Any) -> Any:
+    return _keras_binding().elastic_state(model, optimizer, **values)
+
+
+def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
+    return _keras_binding().run_elastic(train)
+
+
+def save_model(model: tf.keras.Model, path: Path) -> None:
+    _keras_binding().save_model(model, path)
+
+
+def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
+    return _keras_binding().scale_loss(optimizer, loss)
+
+
+def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
+                      gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+    return _keras_binding().unscale_gradients(optimizer, gradients)

@@ -1,0 +1,69 @@
+"""The Keras 2 binding (tf.keras in TensorFlow 2.15): Horovod's own Keras layer.
+
+Everything here depends on which Keras is installed; ``hvdtrain.dist`` picks this module when
+``tf.keras`` is Keras 2 and calls it through the functions listed in its ``KerasBinding``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import tensorflow as tf
+
+# Horovod: plain collectives on tensors.
+import horovod.tensorflow as hvd
+# Horovod: the Keras 2 wrapper: DistributedOptimizer, callbacks and elastic state.
+import horovod.tensorflow.keras as hvd_keras
+
+from hvdtrain.config import HorovodConfig
+from hvdtrain.dist import compression, reduce_op
+
+T = TypeVar("T")
+
+
+def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
+                          options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
+    # Horovod: average gradients across ranks with ring all-reduce before every update
+    # (compressed to float16 on the wire if asked; sparse gradients reduced densely if asked).
+    return hvd_keras.DistributedOptimizer(optimizer, compression=compression(options),
+                                          sparse_as_dense=options.sparse_as_dense)
+
+
+def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
+    # Horovod: tape.gradient() returns gradients already reduced across ranks (average or
+    # Adasum), so every rank applies the same update.
+    return hvd.DistributedGradientTape(tape, compression=compression(options),
+                                       sparse_as_dense=options.sparse_as_dense,
+                                       op=reduce_op(options))
+
+
+def metric_average_callback() -> tf.keras.callbacks.Callback:
+    # Horovod: the epoch's train metrics become the mean over ranks before anyone logs them.
+    return hvd_keras.callbacks.MetricAverageCallback()
+
+
+def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
+                  **values: Any) -> Any:
+    # Horovod: what elastic training commits in memory and syncs to new workers: weights,
+    # optimizer slots and plain values (the epoch, the run directory).
+    return hvd_keras.elastic.KerasState(model, optimizer=optimizer, **values)
+
+
+def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
+    # Horovod: re-runs ``train`` after a worker is lost (state rolled back to the last commit)
+    # or added (at the next commit), each time on the new ring, after syncing state from rank 0.
+    return hvd_keras.elastic.run(train)
+
+
+def save_model(model: tf.keras.Model, path: Path) -> None:
+    # Keras 2 writes a TensorFlow SavedModel directory (tf.keras.models.load_model reads it).
+    model.save(str(path), include_optimizer=False, save_format="tf")
+
+
+def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
+    return optimizer.get_scaled_loss(loss)  # Keras 2's LossScaleOptimizer
+
+
+def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
+                      gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+    return optimizer.get_unscaled_gradients(gradients)

@@ -1,0 +1,72 @@
+"""Starting N ranks from Python: the command line per launcher and the environment every launch
+gets. The benchmarks and the tests launch through these; nothing here imports TensorFlow or
+Horovod. This is also the one place that sets hvdtrain's process-wide settings (TensorFlow's
+log level, Open MPI's run-as-root permission).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import MutableMapping, Mapping, Sequence
+
+from hvdtrain.errors import UserError
+
+BIN = Path(sys.executable).parent  # the venv's horovodrun and hvdtrain, next to this Python
+LAUNCHERS = ("mpi", "gloo")
+
+# TensorFlow's C++ start-up chatter (CPU features, missing CUDA), once per process, hides the
+# real output.
+QUIET_TENSORFLOW = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+# Open MPI refuses to start as root (CI, containers) unless told.
+ALLOW_RUN_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def quiet_tensorflow(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Before TensorFlow loads; a level the user set wins."""
+    for name, value in QUIET_TENSORFLOW.items():
+        environ.setdefault(name, value)
+
+
+def launch_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a launch: the venv first on PATH (every rank must find
+    the same horovodrun, hvdtrain and python), TensorFlow quiet, mpirun allowed as root."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    quiet_tensorflow(env)
+    env.update(ALLOW_RUN_AS_ROOT)
+    env.update(extra or {})
+    return env
+
+
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
+def launch_command(launcher: str, ranks: int, argv: Sequence[str], *,
+                   bind_to_core: bool = False) -> list[str]:
+    """The command that starts ``ranks`` copies of ``argv``.
+
+    gloo: ``horovodrun --gloo`` on this host. mpi: ``mpirun``, oversubscribed when there are
+    more ranks than cores; ``bind_to_core`` (the benchmarks) binds one core per rank, Open MPI's
+    own default for 2 ranks or fewer, made explicit so that every N gets one core per rank.
+    single: one process, no launcher.
+    """
+    if launcher == "single":
+        if ranks != 1:
+            raise ValueError(f"launcher 'single' runs one process, not {ranks}")
+        return list(argv)
+    if launcher == "gloo":
+        return [str(BIN / "horovodrun"), "-np", str(ranks), "-H", f"localhost:{ranks}",
+                "--gloo", *argv]
+    if launcher == "mpi":
+        mpirun = shutil.which("mpirun")
+        if not mpirun:
+            raise UserError("mpirun not found: run 'make install'")
+        if ranks > cores():
+            binding = ["--oversubscribe", "--bind-to", "none"]
+        else:
+            binding = ["--bind-to", "core", "--map-by", "core"] if bind_to_core else []
+        return [mpirun, "-np", str(ranks), *binding, *argv]
+    raise ValueError(f"unknown launcher {launcher!r}")

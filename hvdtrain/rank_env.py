@@ -1,0 +1,78 @@
+"""A rank's environment: every variable hvdtrain sets before ``hvd.init()``, in one pure function.
+
+Horovod reads HOROVOD_* and Open MPI reads OMPI_MCA_* once, inside ``hvd.init()`` (which calls
+MPI_Init), so they must be in the environment before it. ``dist.init`` applies what
+``rank_environment`` returns; nothing else in hvdtrain sets them.
+
+Precedence, highest first:
+  1. a config key the user set: ``horovod.fusion_threshold_mb``, ``cycle_time_ms``,
+     ``autotune`` and ``timeline`` when not left at -1 / off / empty, and ``run.stall_warning_s``
+     and ``run.stall_abort_s`` always (they have defaults of their own);
+  2. what the environment already holds: the launcher's flags (``horovodrun --cycle-time-ms``,
+     ``mpirun -x`` or ``--mca``) and the user's exports;
+  3. hvdtrain's launch defaults, ``RANK_ENV_DEFAULTS``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from hvdtrain.config import HorovodConfig
+
+MB = 1024 * 1024
+# Horovod 0.28's own values when a variable is unset (horovod/common/operations.cc).
+HOROVOD_DEFAULT_FUSION_MB = 128.0
+HOROVOD_DEFAULT_CYCLE_MS = 1.0
+
+# hvdtrain's launch defaults, measured on a 2-core machine (benchmarks/README.md):
+# - OMPI_MCA_mpi_yield_when_idle: with Open MPI's default a rank waiting in a collective
+#   busy-polls, and Horovod's background thread spins on the core the training thread needs;
+#   yielding when idle costs a few microseconds per wait.
+# - HOROVOD_CYCLE_TIME: Horovod's background thread gathers ready tensors once per cycle (1 ms by
+#   default), which sets the floor of every all-reduce; 0.2 ms lowers that floor.
+RANK_ENV_DEFAULTS = {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "0.2"}
+
+
+def from_config(options: HorovodConfig, *, stall_warning_s: int,
+                stall_abort_s: int) -> dict[str, str]:
+    """The variables the config sets (precedence 1). Horovod keys left at -1 / off / empty set
+    nothing, so a launcher's own flags still work."""
+    env = {
+        # Horovod: the stall check warns, naming the tensor and the ranks that never submitted
+        # it, once some ranks have waited this long in a collective ...
+        "HOROVOD_STALL_CHECK_TIME_SECONDS": str(stall_warning_s),
+        # Horovod: ... and shuts the job down after this long (0: never).
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(stall_abort_s),
+    }
+    if options.fusion_threshold_mb >= 0:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(int(options.fusion_threshold_mb * MB))
+    if options.cycle_time_ms > 0:
+        env["HOROVOD_CYCLE_TIME"] = f"{options.cycle_time_ms:g}"
+    if options.autotune:
+        env["HOROVOD_AUTOTUNE"] = "1"
+    if options.timeline:
+        env["HOROVOD_TIMELINE"] = os.path.abspath(options.timeline)
+    return env
+
+
+def rank_environment(options: HorovodConfig, environ: Mapping[str, str], *,
+                     stall_warning_s: int = 60, stall_abort_s: int = 600) -> dict[str, str]:
+    """What to set in this rank's environment before ``hvd.init()``, given the environment it
+    started with: the config's variables, then the launch defaults still unset (see the module
+    docstring for the precedence)."""
+    env = from_config(options, stall_warning_s=stall_warning_s, stall_abort_s=stall_abort_s)
+    for name, value in RANK_ENV_DEFAULTS.items():
+        if name not in environ and name not in env:
+            env[name] = value
+    return env
+
+
+def in_force(environ: Mapping[str, str]) -> str:
+    """One line naming the run-time values Horovod uses, whoever set them."""
+    fusion = environ.get("HOROVOD_FUSION_THRESHOLD")
+    fusion_mb = int(fusion) / MB if fusion is not None else HOROVOD_DEFAULT_FUSION_MB
+    cycle = float(environ.get("HOROVOD_CYCLE_TIME", HOROVOD_DEFAULT_CYCLE_MS))
+    autotune = environ.get("HOROVOD_AUTOTUNE", "0").strip() not in ("", "0")
+    timeline = environ.get("HOROVOD_TIMELINE") or "off"
+    return (f"fusion {fusion_mb:g} MB{'' if fusion_mb else ' (off)'}, cycle {cycle:g} ms, "
+            f"autotune {'on' if autotune else 'off'}, timeline {timeline}")

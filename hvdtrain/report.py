@@ -1,0 +1,75 @@
+"""What rank 0 tells the user about a run: the banner before training and summary.json after.
+Pure: both are built from plain values, so they are testable without Horovod."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hvdtrain import __version__
+from hvdtrain.config import Config
+
+# The gradient options the banner names when they differ from the defaults.
+BANNER_OPTIONS = ("compression", "backward_passes_per_step", "op", "sparse_as_dense",
+                  "join_uneven")
+
+
+def changed_gradient_options(config: Config) -> list[str]:
+    default = type(config.horovod)()
+    return [f"{name}={getattr(config.horovod, name)}" for name in BANNER_OPTIONS
+            if getattr(config.horovod, name) != getattr(default, name)]
+
+
+def banner(config: Config, world: Any, *, data: str, params: int, steps: int, peak_lr: float,
+           start_epoch: int, horovod_in_force: str, run_dir: str) -> str:
+    c, w = config, world
+    options = "".join(f", {option}" for option in changed_gradient_options(c))
+    return (
+        f"hvdtrain {__version__}: {w.size} rank{'s' if w.size > 1 else ''} ({w.controller}), "
+        f"{w.device} x {w.intra_op_threads} threads per rank\n"
+        f"  data  {data}\n"
+        f"  model {c.model.name}, {params:,} parameters\n"
+        f"  optim {c.optim.name}, lr {c.optim.lr:g} per rank -> {peak_lr:g} "
+        f"({c.optim.lr_scaling} scaling, {c.optim.warmup_epochs:g} warmup epochs, "
+        f"{c.optim.decay})\n"
+        f"  batch {c.train.batch_size} per rank, {c.train.batch_size * w.size} global, "
+        f"{steps} steps per epoch, epochs {start_epoch + 1}..{c.train.epochs}\n"
+        f"  loop  {c.train.loop}, {c.train.precision}{options}\n"
+        f"  horovod {horovod_in_force}\n"
+        f"  run   {run_dir}")
+
+
+def summary(config: Config, world: Any, *, resumed_from_epoch: int | None, steps: int,
+            peak_lr: float, params: int, data: str, final_logs: dict, final_eval: dict,
+            train_seconds: float, samples_trained: int, wall_seconds: float,
+            run_dir: str) -> dict[str, Any]:
+    """What rank 0 writes to RUN_DIR/summary.json."""
+    c = config
+    return {
+        "hvdtrain_version": __version__,
+        "preset": c.preset,
+        "world_size": world.size,
+        "controller": world.controller,
+        "device": world.device,
+        "intra_op_threads": world.intra_op_threads,
+        "epochs": c.train.epochs,
+        "resumed_from_epoch": resumed_from_epoch,
+        "batch_size_per_rank": c.train.batch_size,
+        "global_batch_size": c.train.batch_size * world.size,
+        "steps_per_epoch": steps,
+        "peak_lr": peak_lr,
+        "model": c.model.name,
+        "loop": c.train.loop,
+        "precision": c.train.precision,
+        "horovod": dataclasses.asdict(c.horovod),
+        "params": params,
+        "data": data,
+        "final_train_loss": final_logs.get("loss"),
+        "final_train_accuracy": final_logs.get("accuracy"),
+        "final_eval_loss": final_eval["eval_loss"],
+        "final_eval_accuracy": final_eval["eval_accuracy"],
+        "eval_samples": final_eval["eval_samples"],
+        "train_seconds": train_seconds,
+        "train_samples_per_sec": samples_trained / train_seconds if train_seconds else None,
+        "wall_seconds": wall_seconds,
+        "run_dir": run_dir,
+    }

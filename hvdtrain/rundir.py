@@ -1,0 +1,76 @@
+"""The run directory's policy: where a run lives, when it may be opened, and what rank 0 writes
+at the end besides the checkpoints (``checkpoints.py``): the exported model.
+
+    RUN_DIR/config.json     the config the run started with
+    RUN_DIR/checkpoints/    one checkpoint per epoch (checkpoints.py)
+    RUN_DIR/metrics.jsonl   one line per epoch (callbacks.MetricsLog)
+    RUN_DIR/summary.json    written when training ends (report.summary)
+    RUN_DIR/model/          the trained model (export)
+
+Rank 0 alone calls these; ``dist.rank0_then_all`` hands its answer (or error) to every rank.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import tensorflow as tf
+
+from hvdtrain import checkpoints, dist
+from hvdtrain.config import Config, to_dict
+from hvdtrain.errors import UserError
+
+
+def default_run_dir(config: Config) -> str:
+    if config.run.run_dir:
+        return config.run.run_dir
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{config.preset}-{stamp}")
+
+
+def open_run_dir(run_dir: Path, checkpoint: tf.train.Checkpoint, config: Config, *,
+                 resume: bool, say: Callable[[str], None]) -> tuple[int, dict]:
+    """Refuses to overwrite an earlier run, restores the latest checkpoint when resuming, and
+    writes the config. Returns (epochs already done, their last metrics)."""
+    found = checkpoints.latest(run_dir)
+    if found and not resume:
+        raise UserError(f"{run_dir} already holds a run (checkpoint after epoch {found[0]}): "
+                        f"pass --resume to continue it, or choose another --run-dir")
+    if (run_dir / "summary.json").exists() and not resume:
+        raise UserError(f"{run_dir} already holds a finished run: choose another --run-dir")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create run dir {run_dir}: {e.strerror}") from None
+    if not os.access(run_dir, os.W_OK):
+        raise UserError(f"run dir {run_dir} is not writable: choose another --run-dir")
+    start_epoch, restored = 0, {}
+    if found:
+        checkpoints.restore(checkpoint, found[1])
+        start_epoch = found[0]
+        restored = checkpoints.read_meta(found[1]).get("metrics", {})
+        say(f"resuming {run_dir} after epoch {start_epoch} from {found[1].name}")
+    elif resume:
+        say(f"no checkpoint in {run_dir} yet: starting at epoch 1")
+    checkpoints.write_json_atomic(run_dir / "config.json", to_dict(config))
+    return start_epoch, restored
+
+
+def export(model: tf.keras.Model, run_dir: Path) -> Path:
+    """The trained model in RUN_DIR/model (in the format this Keras loads), swapped in
+    atomically."""
+    final = run_dir / "model"
+    tmp = run_dir / f".model.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    dist.save_model(model, tmp)
+    if final.exists():
+        old = run_dir / f".model.old-{os.getpid()}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+    return final
