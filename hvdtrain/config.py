@@ -13,19 +13,20 @@ import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from hvdtrain.errors import UserError
 
-DATA_SOURCES = ("synthetic", "digits", "npz", "tfrecord")
-OPTIMIZERS = ("sgd", "adam")
-LR_SCALING_RULES = ("linear", "sqrt", "none")
-LR_DECAYS = ("constant", "cosine")
-DEVICES = ("auto", "cpu", "gpu")
-LOOPS = ("fit", "custom")
-PRECISIONS = ("float32", "mixed_float16")
-COMPRESSIONS = ("none", "fp16")
-REDUCE_OPS = ("average", "adasum")
+# The choices of each string key: the type documents them, and ``_check_choices`` enforces them.
+DataSource = Literal["synthetic", "digits", "npz", "tfrecord"]
+OptimizerName = Literal["sgd", "adam"]
+LrScaling = Literal["linear", "sqrt", "none"]
+LrDecay = Literal["constant", "cosine"]
+Device = Literal["auto", "cpu", "gpu"]
+Loop = Literal["fit", "custom"]
+Precision = Literal["float32", "mixed_float16"]
+Compression = Literal["none", "fp16"]
+ReduceOp = Literal["average", "adasum"]
 
 
 def _help(text: str, **kwargs: Any) -> Any:
@@ -34,7 +35,7 @@ def _help(text: str, **kwargs: Any) -> Any:
 
 @dataclass(frozen=True)
 class DataConfig:
-    source: str = _help("synthetic | digits | npz | tfrecord", default="digits")
+    source: DataSource = _help("where the samples come from", default="digits")
     path: str = _help("npz: a file with arrays x, y. tfrecord: a file, directory or glob "
                       "(comma-separated list allowed)", default="")
     eval_path: str = _help("like path, for the eval set; empty: hold out eval_fraction of path",
@@ -52,7 +53,7 @@ class DataConfig:
     shuffle_buffer: int = _help("tfrecord: records held in the shuffle buffer", default=10_000)
 
     def __post_init__(self) -> None:
-        _one_of("data.source", self.source, DATA_SOURCES)
+        _check_choices(self, "data")
         if self.source in ("npz", "tfrecord") and not self.path:
             raise UserError(f"data.source={self.source} needs a file: pass "
                             f"--set data.path=PATH")
@@ -87,25 +88,23 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    name: str = _help("sgd (with momentum) | adam", default="sgd")
+    name: OptimizerName = _help("sgd (with momentum) or adam", default="sgd")
     lr: float = _help("learning rate for ONE rank; scaled by world size per lr_scaling",
                       default=0.05)
     momentum: float = _help("sgd momentum (0 for plain SGD)", default=0.9)
-    lr_scaling: str = _help("how the learning rate grows with N ranks: linear (lr*N), "
+    lr_scaling: LrScaling = _help("how the learning rate grows with N ranks: linear (lr*N), "
                             "sqrt (lr*sqrt(N)) or none", default="linear")
     warmup_epochs: float = _help("epochs over which the lr ramps from lr to the scaled lr "
                                  "(Goyal et al.); 0 for none", default=1.0)
-    decay: str = _help("after warmup: constant | cosine (to 0 at the last epoch)",
+    decay: LrDecay = _help("after warmup: constant | cosine (to 0 at the last epoch)",
                        default="constant")
 
     def __post_init__(self) -> None:
-        _one_of("optim.name", self.name, OPTIMIZERS)
+        _check_choices(self, "optim")
         _positive("optim.lr", self.lr)
         _in_range("optim.momentum", self.momentum, 0.0, 1.0, open_high=True)
-        _one_of("optim.lr_scaling", self.lr_scaling, LR_SCALING_RULES)
         if self.warmup_epochs < 0:
             raise UserError(f"optim.warmup_epochs must be >= 0, got {self.warmup_epochs}")
-        _one_of("optim.decay", self.decay, LR_DECAYS)
 
 
 @dataclass(frozen=True)
@@ -117,27 +116,26 @@ class TrainConfig:
     seed: int = _help("seed for weights, synthetic data and shuffling", default=42)
     eval_every: int = _help("evaluate on the eval set every k epochs (and always at the end); "
                             "0: only at the end", default=1)
-    loop: str = _help("fit (Keras fit) | custom (hvdtrain's own tf.function step with "
+    loop: Loop = _help("fit (Keras fit) | custom (hvdtrain's own tf.function step with "
                       "Horovod's DistributedGradientTape; needed for horovod.op=adasum, "
                       "backward_passes_per_step > 1, join_uneven and mixed_float16)",
                       default="fit")
-    precision: str = _help("float32 | mixed_float16 (float16 compute, float32 weights, with "
+    precision: Precision = _help("float32 | mixed_float16 (float16 compute, float32 weights, with "
                            "loss scaling; custom loop only)", default="float32")
 
     def __post_init__(self) -> None:
+        _check_choices(self, "train")
         _positive("train.epochs", self.epochs)
         _positive("train.batch_size", self.batch_size)
         if self.eval_every < 0:
             raise UserError(f"train.eval_every must be >= 0, got {self.eval_every}")
-        _one_of("train.loop", self.loop, LOOPS)
-        _one_of("train.precision", self.precision, PRECISIONS)
 
 
 @dataclass(frozen=True)
 class RunConfig:
     run_dir: str = _help("where rank 0 writes checkpoints, logs and the model; empty: "
                          "runs/<preset>-<date>-<time>", default="")
-    device: str = _help("auto (one GPU per local rank if any, else CPU) | cpu | gpu",
+    device: Device = _help("auto (one GPU per local rank if any, else CPU) | cpu | gpu",
                         default="auto")
     intra_op_threads: int = _help("TensorFlow threads inside one op, per rank; 0: this rank's "
                                   "share of the cores", default=0)
@@ -156,7 +154,7 @@ class RunConfig:
                                "(>= stall_warning_s); 0: wait forever", default=600)
 
     def __post_init__(self) -> None:
-        _one_of("run.device", self.device, DEVICES)
+        _check_choices(self, "run")
         for name in ("intra_op_threads", "inter_op_threads"):
             if getattr(self, name) < 0:
                 raise UserError(f"run.{name} must be >= 0, got {getattr(self, name)}")
@@ -171,13 +169,13 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class HorovodConfig:
-    compression: str = _help("none | fp16: gradients cast to float16 for the all-reduce (half "
+    compression: Compression = _help("none | fp16: gradients cast to float16 for the all-reduce (half "
                              "the bytes on the wire, ~3 significant digits)", default="none")
     backward_passes_per_step: int = _help("k: accumulate the gradients of k batches locally, "
                                           "then all-reduce and apply once (an effective batch "
                                           "of k * batch_size per rank; custom loop only)",
                                           default=1)
-    op: str = _help("average | adasum (Adasum reduction: custom loop, MPI controller, a "
+    op: ReduceOp = _help("average | adasum (Adasum reduction: custom loop, MPI controller, a "
                     "power-of-two number of ranks)", default="average")
     sparse_as_dense: bool = _help("all-reduce sparse gradients (embeddings) as dense tensors "
                                   "instead of all-gathering their slices", default=False)
@@ -195,9 +193,8 @@ class HorovodConfig:
                               "own, then waits in hvd.join (custom loop only)", default=False)
 
     def __post_init__(self) -> None:
-        _one_of("horovod.compression", self.compression, COMPRESSIONS)
+        _check_choices(self, "horovod")
         _positive("horovod.backward_passes_per_step", self.backward_passes_per_step)
-        _one_of("horovod.op", self.op, REDUCE_OPS)
         if self.fusion_threshold_mb < 0 and self.fusion_threshold_mb != -1:
             raise UserError(f"horovod.fusion_threshold_mb must be >= 0 (or -1 for Horovod's "
                             f"default), got {self.fusion_threshold_mb}")
@@ -228,6 +225,7 @@ class Config:
     preset: str = "digits"
 
     def __post_init__(self) -> None:
+        _check_choices(self, "horovod")
         if self.train.loop == "custom":
             return
         asked = {"horovod.op=adasum": self.horovod.op == "adasum",
@@ -246,6 +244,13 @@ SECTIONS: dict[str, type] = {name: kind for name, kind in typing.get_type_hints(
 
 # ---------------------------------------------------------------------------------------------
 # Checks shared by the sections.
+
+def _check_choices(section: Any, name: str) -> None:
+    """Every key typed ``Literal[...]`` holds one of its choices."""
+    for key, kind in typing.get_type_hints(type(section)).items():
+        if typing.get_origin(kind) is Literal:
+            _one_of(f"{name}.{key}", getattr(section, key), typing.get_args(kind))
+
 
 def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
@@ -319,12 +324,19 @@ def _coerce(key: str, value: Any, kind: Any) -> Any:
           int: isinstance(value, int) and not isinstance(value, bool),
           float: isinstance(value, (int, float)) and not isinstance(value, bool),
           str: isinstance(value, str)}.get(kind)
+    if typing.get_origin(kind) is Literal:
+        ok = isinstance(value, str)  # which string: _check_choices says
     if ok is None:  # tuple[int, ...]
         ok = isinstance(value, tuple) and all(isinstance(v, int) for v in value)
     if not ok:
-        raise UserError(f"{key} = {value!r} has the wrong type: expected "
-                        f"{getattr(kind, '__name__', 'a list of integers')}")
+        raise UserError(f"{key} = {value!r} has the wrong type: expected {_type_name(kind)}")
     return float(value) if kind is float else value
+
+
+def _type_name(kind: Any) -> str:
+    if typing.get_origin(kind) is Literal:
+        return " | ".join(typing.get_args(kind))
+    return getattr(kind, "__name__", "ints")
 
 
 def with_overrides(base: Config, overrides: Mapping[str, Mapping[str, Any]]) -> Config:
@@ -348,21 +360,17 @@ def with_overrides(base: Config, overrides: Mapping[str, Mapping[str, Any]]) -> 
     return dataclasses.replace(base, **sections)
 
 
-def parse_assignments(assignments: typing.Iterable[str]) -> dict[str, dict[str, Any]]:
-    """``["optim.lr=0.1", ...]`` -> ``{"optim": {"lr": 0.1}}`` with values typed per field."""
-    types = _section_types()
-    out: dict[str, dict[str, Any]] = {}
+def parse_assignments(assignments: typing.Iterable[str]) -> dict[str, dict[str, str]]:
+    """``["optim.lr=0.1", ...]`` -> ``{"optim": {"lr": "0.1"}}``. The values stay text:
+    ``with_overrides`` checks every key once and types each value by its field."""
+    out: dict[str, dict[str, str]] = {}
     for item in assignments:
         key, sep, text = item.partition("=")
-        key = key.strip()
-        section, dot, name = key.partition(".")
-        if not sep or not dot:
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not section or not name:
             raise UserError(f"--set {item!r}: expected section.key=value, e.g. "
                             f"--set optim.lr=0.1")
-        if section not in types or name not in types[section]:
-            raise UserError(f"unknown config key {key}{_suggest(key, all_keys())}; "
-                            f"'hvdtrain train --help' lists them all")
-        out.setdefault(section, {})[name] = parse_value(key, text, types[section][name])
+        out.setdefault(section, {})[name] = text.strip()
     return out
 
 
@@ -423,7 +431,7 @@ def describe() -> str:
         for f in dataclasses.fields(cls):
             default = f.default
             shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-            kind = getattr(hints[f.name], "__name__", "ints")
+            kind = _type_name(hints[f.name])
             lines.append(f"    {section}.{f.name} ({kind}, default {shown!r})")
             lines.append(f"        {f.metadata['help']}")
     return "\n".join(lines)

@@ -43,7 +43,7 @@ def test_a_toml_file_can_switch_source_while_set_gives_the_path(tmp_path):
     ("optim.name=adamw", "is not one of sgd, adam"),
     ("optim.lr_scaling=linaer", "did you mean 'linear'"),
     ("optim.lrr=0.1", "unknown config key optim.lrr (did you mean 'optim.lr'?)"),
-    ("nosuch.key=1", "unknown config key nosuch.key"),
+    ("nosuch.key=1", "unknown config section 'nosuch'"),
     ("optim.lr", "expected section.key=value"),
     ("data.shuffle=maybe", "expected true or false"),
     ("data.image_shape=8,x", "integers separated by commas"),
