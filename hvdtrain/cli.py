@@ -76,10 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                           metavar="KEY=VALUE", help="override a saved key (e.g. data.eval_path)")
     # hvdtrain bench scaling|allreduce|peers|project|all: its own parser, in hvdtrain.bench,
     # which is imported for this command alone.
-    bench = sub.add_parser("bench", add_help=False,
-                           help="scaling benchmarks: figures as JSON, Markdown tables and PNG "
-                                "plots ('hvdtrain bench --help')")
-    bench.add_argument("bench_argv", nargs=argparse.REMAINDER)
+    # (Listed here for 'hvdtrain --help'; run() hands 'bench ...' to it before parsing.)
+    sub.add_parser("bench", help="scaling benchmarks: figures as JSON, Markdown tables and PNG "
+                                 "plots ('hvdtrain bench --help')")
     return parser
 
 
@@ -106,10 +105,11 @@ def _eval_config(args: argparse.Namespace) -> config_lib.Config:
 
 def run(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
-        if args.command == "bench":  # launches its own jobs: no Horovod in this process
+        argv = list(sys.argv[1:] if argv is None else argv)
+        if argv[:1] == ["bench"]:  # launches its own jobs: no Horovod in this process
             from hvdtrain.bench import suite
-            return suite.main(args.bench_argv, _Parser)
+            return suite.main(argv[1:], _Parser)
+        args = _parser().parse_args(argv)
         try:
             cfg = _train_config(args) if args.command == "train" else _eval_config(args)
         except UserError as e:  # argv is the same on every rank, so is this error

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -114,9 +116,27 @@ def test_help_documents_every_key():
     (["train", "--model", ""], "model.name is empty"),
     (["eval", "--run-dir", "/nonexistent/run"], "not found"),
     (["fly"], "invalid choice"),
+    (["bench", "nope"], "invalid choice: 'nope'"),
+    (["train", "--set", "train.loop=fitt"], "train.loop='fitt' is not one of fit, custom"),
 ])
 def test_cli_user_mistakes_exit_2_with_one_line(argv, fragment, capsys):
     assert cli.run(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("hvdtrain: error: ") and fragment in err[0]
+
+
+HEAVY = ("hvdtrain.bench", "tensorflow", "horovod")
+LOADED = "import sys, {imports}; print(sorted({{m.split('.')[0] + ('.bench' if m.startswith('hvdtrain.bench') else '') for m in sys.modules if m.startswith({heavy!r})}}))"
+
+
+def _modules_after(imports: str) -> str:
+    code = LOADED.format(imports=imports, heavy=HEAVY)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True).stdout.strip()
+
+
+def test_the_cli_loads_no_benchmark_tensorflow_or_horovod_at_import():
+    assert _modules_after("hvdtrain.cli") == "[]"
+    # Control: the check sees the benchmarks when they are imported.
+    assert "hvdtrain.bench" in _modules_after("hvdtrain.cli, hvdtrain.bench.suite")
