@@ -8,7 +8,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from hvdtrain.config import ModelConfig, _suggest
+from hvdtrain.config import ModelConfig, OptimConfig, _suggest
 from hvdtrain.errors import UserError
 
 layers = tf.keras.layers
@@ -161,3 +161,22 @@ def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> t
         raise UserError(f"model {cfg.name} outputs shape {out}; it must output "
                         f"[batch, {num_classes}] logits (one per class)")
     return model
+
+
+# ---------------------------------------------------------------------------------------------
+# What every model trains with: the optimizer named by the config, the loss and the metric.
+
+def base_optimizer(optim: OptimConfig, learning_rate: float | Callable | None = None
+                   ) -> tf.keras.optimizers.Optimizer:
+    """``optim.name`` at ``learning_rate`` (default ``optim.lr``; a Keras schedule works too)."""
+    lr = optim.lr if learning_rate is None else learning_rate
+    if optim.name == "sgd":
+        return tf.keras.optimizers.SGD(learning_rate=lr, momentum=optim.momentum)
+    return tf.keras.optimizers.Adam(learning_rate=lr)
+
+
+def compile_classifier(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer) -> None:
+    """Cross-entropy on the logits the models output, and accuracy."""
+    model.compile(optimizer=optimizer,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])

@@ -240,18 +240,13 @@ class Trainer:
         elif problem:
             raise UserError(problem)
         optimizer = self._optimizer()
-        model.compile(optimizer=optimizer,
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        models.compile_classifier(model, optimizer)
         optimizer.build(model.trainable_variables)
         return model, optimizer, tf.train.Checkpoint(model=model, optimizer=optimizer)
 
     def _optimizer(self) -> tf.keras.optimizers.Optimizer:
-        o, t = self.config.optim, self.config.train
-        if o.name == "sgd":
-            base = tf.keras.optimizers.SGD(learning_rate=o.lr, momentum=o.momentum)
-        else:
-            base = tf.keras.optimizers.Adam(learning_rate=o.lr)
+        t = self.config.train
+        base = models.base_optimizer(self.config.optim)
         if t.loop == "fit":
             # Horovod: all-reduce gradients each step
             return dist.distributed_optimizer(base, self.config.horovod)

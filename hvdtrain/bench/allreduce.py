@@ -194,11 +194,13 @@ def add_ratios(paths: list[dict]) -> None:
             r["of_raw_mpi"] = r["busbw_GBps"] / reference[r["bytes"]]
 
 
-def run(out_dir: Path, *, quick: bool = False, ranks: int = 2,
-        repeats: int | None = None) -> dict[str, Any]:
+RANKS = 2
+
+
+def run(out_dir: Path, *, quick: bool = False) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     paths = QUICK_PATHS if quick else FULL_PATHS
-    repeats = repeats or (3 if quick else 5)
+    ranks, repeats = RANKS, (3 if quick else 5)
     measured = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for path in paths:

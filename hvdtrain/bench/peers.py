@@ -121,26 +121,33 @@ def _keras_parts(cfg, strategy_scope):
     return dataset, model, evaluate
 
 
-def _warmup_schedule(base_lr: float, peak_lr: float, warmup_steps: int):
-    """hvdtrain's schedule (schedules.lr_at_step, constant after warmup) as a Keras schedule,
-    for the strategies that have no hvdtrain callback."""
+def _warmup_schedule(cfg, peak_lr: float, warmup_steps: int):
+    """hvdtrain's schedule (schedules.lr_at_step) as a Keras schedule, for the strategies that
+    have no hvdtrain callback: the same pure function, called from the graph (constant after
+    the warmup, as the digits preset is)."""
+    import numpy as np
     import tensorflow as tf
+    from hvdtrain import schedules
+
+    def lr_at(step) -> float:
+        return schedules.lr_at_step(int(step), base_lr=cfg.optim.lr, peak_lr=peak_lr,
+                                    warmup_steps=warmup_steps, total_steps=1,
+                                    decay="constant")
 
     class Warmup(tf.keras.optimizers.schedules.LearningRateSchedule):
         def __call__(self, step):
-            done = tf.minimum(tf.cast(step, tf.float32) / max(1, warmup_steps), 1.0)
-            return base_lr + (peak_lr - base_lr) * done
+            lr = tf.numpy_function(lambda s: np.float32(lr_at(s)), [step], tf.float32)
+            return tf.reshape(lr, [])
 
         def get_config(self) -> dict:
-            return {"base_lr": base_lr, "peak_lr": peak_lr, "warmup_steps": warmup_steps}
+            return {"peak_lr": peak_lr, "warmup_steps": warmup_steps}
     return Warmup()
 
 
-def _compile(model, lr) -> None:
-    import tensorflow as tf
-    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=lr, momentum=0.9),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+def _compile(model, cfg, lr) -> None:
+    """hvdtrain's own optimizer, loss and metric (models.base_optimizer, compile_classifier)."""
+    from hvdtrain import models
+    models.compile_classifier(model, models.base_optimizer(cfg.optim, learning_rate=lr))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,7 +189,7 @@ def rank_mwms(options: dict[str, Any]) -> None:
     shard.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train = train.with_options(shard)
     with strategy.scope():
-        _compile(model, _warmup_schedule(cfg.optim.lr, cfg.optim.lr * replicas, steps))
+        _compile(model, cfg, _warmup_schedule(cfg, cfg.optim.lr * replicas, steps))
     log = _epoch_log(evaluate if index == 0 else (lambda: float("nan")))
     model.fit(train, epochs=options["epochs"], steps_per_epoch=steps, verbose=0,
               callbacks=[log])
@@ -220,7 +227,7 @@ def rank_ps_coordinator(options: dict[str, Any]) -> None:
                 .shard(context.num_input_pipelines, context.input_pipeline_id)
                 .shuffle(len(x), seed=seed + context.input_pipeline_id).repeat().batch(BATCH))
     with strategy.scope():
-        _compile(model, cfg.optim.lr)
+        _compile(model, cfg, cfg.optim.lr)
     log = _epoch_log(evaluate)
     model.fit(tf.keras.utils.experimental.DatasetCreator(per_worker), epochs=options["epochs"],
               steps_per_epoch=steps, verbose=0, callbacks=[log])
@@ -270,7 +277,10 @@ def _stop(procs: Sequence[subprocess.Popen]) -> None:
             proc.wait()
 
 
-def launch(system: str, epochs: int, work_dir: Path, timeout: float = 600) -> dict[str, Any]:
+JOB_TIMEOUT_S = 600
+
+
+def launch(system: str, epochs: int, work_dir: Path) -> dict[str, Any]:
     out = work_dir / f"{system}.json"
     base = {"system": system, "epochs": epochs, "out": str(out)}
     started = time.perf_counter()
@@ -279,12 +289,12 @@ def launch(system: str, epochs: int, work_dir: Path, timeout: float = 600) -> di
         launcher, ranks = ("single", 1) if system == "single" else ("mpi", WORKERS)
         output = common.run_job(common.launch_command(
             launcher, ranks, common.rank_argv("hvdtrain.bench.peers", options)),
-            timeout=timeout, what=f"peers: {system}")
+            timeout=JOB_TIMEOUT_S, what=f"peers: {system}")
     elif system == "mwms":
         workers = [f"localhost:{p}" for p in common.free_ports(WORKERS)]
         output = _wait_all([_spawn({**base, "workers": workers, "index": i},
                                    work_dir / f"mwms-{i}.log") for i in range(WORKERS)],
-                           "peers: mwms", timeout)
+                           "peers: mwms", JOB_TIMEOUT_S)
     else:
         ports = common.free_ports(WORKERS + 2)
         cluster = {"chief": [f"localhost:{ports[0]}"], "ps": [f"localhost:{ports[1]}"],
@@ -294,7 +304,7 @@ def launch(system: str, epochs: int, work_dir: Path, timeout: float = 600) -> di
                            "index": i}, work_dir / f"ps-{kind}{i}.log") for kind, i in roles]
         try:
             output = _wait_all([_spawn({**base, "cluster": cluster}, work_dir / "ps-chief.log")],
-                               "peers: ps", timeout)
+                               "peers: ps", JOB_TIMEOUT_S)
         finally:
             _stop(servers)
     wall = time.perf_counter() - started
@@ -308,12 +318,11 @@ def launch(system: str, epochs: int, work_dir: Path, timeout: float = 600) -> di
             "raw": raw}
 
 
-def run(out_dir: Path, *, quick: bool = False,
-        systems: Sequence[str] = SYSTEMS) -> dict[str, Any]:
+def run(out_dir: Path, *, quick: bool = False) -> dict[str, Any]:
     epochs = QUICK_EPOCHS if quick else FULL_EPOCHS
     rows = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        for system in systems:
+        for system in SYSTEMS:
             common.say(f"peers: {system}, {epochs} epochs of digits...")
             rows.append(launch(system, epochs, Path(tmp)))
             r = rows[-1]
