@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain import config as config_lib
-from hvdtrain import launching, placement, presets
+from hvdtrain import launching, overrides, placement, presets
 from hvdtrain.errors import UserError
 
 # Flags that are shortcuts for config keys: flag dest -> (section, key).
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
                     "process alone).\nConfig layers, later wins: --preset, --config FILE.toml, "
                     "--set section.key=value, then the shortcut flags.",
         epilog="config keys (TOML: [section] key = value; CLI: --set section.key=value):\n"
-               + config_lib.describe())
+               + overrides.describe())
     train.add_argument("--preset", default="digits",
                        help=f"starting config: {', '.join(presets.PRESETS)} (default digits)")
     train.add_argument("--config", metavar="FILE.toml", help="TOML file of [section] key = value")
@@ -99,8 +99,8 @@ def _eval_config(args: argparse.Namespace) -> config_lib.Config:
         raise UserError(f"{saved} not found: is {args.run_dir} a run directory?") from None
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read {saved}: {e}") from None
-    base = config_lib.from_dict(values)
-    return config_lib.with_overrides(base, config_lib.parse_assignments(args.assignments))
+    base = overrides.from_dict(values)
+    return overrides.with_overrides(base, overrides.parse_assignments(args.assignments))
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,8 @@ import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
 from hvdtrain.config import (Config, DataConfig, ModelConfig, OptimConfig, TrainConfig,
-                             parse_assignments, load_toml, with_overrides, _suggest)
+                             _suggest)
+from hvdtrain.overrides import load_toml, parse_assignments, with_overrides
 from hvdtrain.errors import UserError
 
 

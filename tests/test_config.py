@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hvdtrain import cli, config, presets
+from hvdtrain import cli, config, overrides, presets
 from hvdtrain.errors import UserError
 
 
@@ -15,7 +15,7 @@ def test_every_preset_is_a_valid_config():
     for name in presets.PRESETS:
         cfg = presets.preset(name)
         assert cfg.preset == name
-        assert config.from_dict(config.to_dict(cfg)) == cfg  # survives run_dir/config.json
+        assert overrides.from_dict(config.to_dict(cfg)) == cfg  # survives run_dir/config.json
 
 
 def test_layers_apply_in_order_toml_then_set_then_flags(tmp_path):
@@ -102,10 +102,10 @@ def test_config_is_frozen():
 
 
 def test_help_documents_every_key():
-    text = config.describe()
-    for key in config.all_keys():
+    text = overrides.describe()
+    for key in overrides.all_keys():
         assert key in text
-    assert len(config.all_keys()) == sum(len(dataclasses.fields(c)) for c in config.SECTIONS.values())
+    assert len(overrides.all_keys()) == sum(len(dataclasses.fields(c)) for c in config.SECTIONS.values())
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain import cli, config, preflight, presets
+from hvdtrain import cli, config, overrides, preflight, presets
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
 
@@ -72,4 +72,4 @@ def test_adasum_with_fit_exits_2_with_one_line_before_any_work(capsys):
 def test_a_saved_config_with_horovod_options_loads_back():
     cfg = presets.build_config("digits", None, ["train.loop=custom", "horovod.op=adasum",
                                                 "horovod.compression=fp16"])
-    assert config.from_dict(config.to_dict(cfg)) == cfg
+    assert overrides.from_dict(config.to_dict(cfg)) == cfg
