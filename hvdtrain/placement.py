@@ -18,16 +18,15 @@ def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
 
 
 # What hvdtrain sets in every rank's environment before hvd.init(), unless the user already set
-# it. Measured on a 2-core machine (benchmarks/README.md): with Open MPI's default, a rank
-# waiting in a collective busy-polls; Horovod's background thread then spins on the core the
-# training thread is bound to, and 2 ranks reached 0.62 weak-scaling efficiency instead of
-# ~0.96. Yielding when idle costs a few microseconds of latency per wait. Open MPI reads
-# OMPI_MCA_* from the environment at MPI_Init, which Horovod calls inside hvd.init().
+# it. With Open MPI's default, a rank waiting in a collective busy-polls; Horovod's background
+# thread then spins on the core the training thread is bound to. Yielding when idle costs a
+# little latency per wait. Open MPI reads OMPI_MCA_* from the environment at MPI_Init, which
+# Horovod calls inside hvd.init().
 #
 # HOROVOD_CYCLE_TIME: Horovod's background thread gathers ready tensors once per cycle (1 ms by
-# default), which sets the floor of every all-reduce (~1.2 ms measured at 4 KiB to 1 MiB). At
-# 0.2 ms the floor halves, busbw at 1 to 4 MiB rises 1.3 to 1.7x, and MobileNetV2 on 2 ranks
-# trains 8 to 11% faster (benchmarks/README.md). horovod.cycle_time_ms in the config wins.
+# default), which sets the floor of every all-reduce; a shorter cycle lowers it.
+# horovod.cycle_time_ms in the config wins. The evidence for both, and what the committed
+# benchmark results do and do not show: docs/horovod-options.md, "Launch defaults".
 RANK_ENV_DEFAULTS = {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "0.2"}
 
 
@@ -92,7 +91,7 @@ def gloo_host_name_problem(environ: Mapping[str, str], host_name: str,
     if environ.get("HOROVOD_CONTROLLER") != "gloo" or not several_hosts or on_loopback:
         return None
     fix = ("make every host's name resolve to its address on the training network "
-           "(/etc/hosts or DNS); see README, Running on a cluster")
+           "(/etc/hosts or DNS); see docs/cluster.md, Common failures")
     try:
         address = resolve(host_name)
     except OSError:
