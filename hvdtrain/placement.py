@@ -71,7 +71,7 @@ def gloo_host_name_problem(environ: Mapping[str, str], host_name: str,
     if environ.get("HOROVOD_CONTROLLER") != "gloo" or not several_hosts or on_loopback:
         return None
     fix = ("make every host's name resolve to its address on the training network "
-           "(/etc/hosts or DNS); see README, Running on a cluster")
+           "(/etc/hosts or DNS); see docs/cluster.md, Common failures")
     try:
         address = resolve(host_name)
     except OSError:

@@ -12,8 +12,8 @@ from hvdtrain.errors import UserError
 
 def digits() -> Config:
     # scikit-learn's 8x8 digits (1,437 train / 360 eval). Per-rank batch 32, lr 0.05 per rank:
-    # at 2 ranks the global batch is 64 and the lr 0.1 after one warmup epoch; about 98% eval
-    # accuracy after 20 epochs.
+    # at 2 ranks the global batch is 64 and the lr 0.1 after one warmup epoch; 10 epochs (the
+    # default). The tests hold it to 0.95 eval accuracy after 5 epochs at 2 ranks.
     return Config(preset="digits")
 
 

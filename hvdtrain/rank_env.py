@@ -24,12 +24,14 @@ MB = 1024 * 1024
 HOROVOD_DEFAULT_FUSION_MB = 128.0
 HOROVOD_DEFAULT_CYCLE_MS = 1.0
 
-# hvdtrain's launch defaults, measured on a 2-core machine (benchmarks/README.md):
+# hvdtrain's launch defaults:
 # - OMPI_MCA_mpi_yield_when_idle: with Open MPI's default a rank waiting in a collective
 #   busy-polls, and Horovod's background thread spins on the core the training thread needs;
-#   yielding when idle costs a few microseconds per wait.
+#   yielding when idle costs a little latency per wait.
 # - HOROVOD_CYCLE_TIME: Horovod's background thread gathers ready tensors once per cycle (1 ms by
-#   default), which sets the floor of every all-reduce; 0.2 ms lowers that floor.
+#   default), which sets the floor of every all-reduce; a shorter cycle lowers it.
+# The evidence for both, and what the committed benchmark results do and do not show:
+# docs/horovod-options.md, "Launch defaults".
 RANK_ENV_DEFAULTS = {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "0.2"}
 
 

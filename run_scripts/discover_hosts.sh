@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Host discovery for elastic training: prints a hosts file as horovodrun's "host:slots" lines.
 #   run_scripts/elastic.sh --min-np 2 --max-np 4 -d "run_scripts/discover_hosts.sh hosts.txt"
-# Horovod runs it every few seconds: edit the file to add or remove hosts while the job runs.
+# horovodrun runs it about once a second: edit the file to add or remove hosts while the job runs.
 set -euo pipefail
 source "$(dirname "$0")/_lib.sh"
 
