@@ -20,9 +20,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hvdtrain import launching
 
-LAUNCHERS = launching.LAUNCHERS
-cores = launching.cores
-
 
 class BenchError(RuntimeError):
     """A measured job failed: the message carries the end of its output."""
@@ -68,7 +65,8 @@ def run_job(command: Sequence[str], *, env: Mapping[str, str] | None = None,
             timeout: float = 600, what: str = "job") -> str:
     """Runs a measured job to the end; its output, or BenchError with the last lines of it."""
     try:
-        proc = subprocess.run(list(command), env=launching.launch_env(env), stdout=subprocess.PIPE,
+        proc = subprocess.run(list(command), env=launching.launch_env(env),
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
@@ -92,7 +90,7 @@ def pin_to_own_core() -> int | None:
     when the launcher did not bind it (horovodrun --gloo), so that every launcher gives a rank
     the same one-core budget. Returns the core, or None when already bound."""
     available = os.sched_getaffinity(0)
-    if len(available) < cores():
+    if len(available) < launching.cores():
         return None
     local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get(
         "OMPI_COMM_WORLD_LOCAL_RANK", "0")))
@@ -152,7 +150,7 @@ def machine() -> dict[str, Any]:
         load = os.getloadavg()[0]
     except OSError:
         load = None
-    return {"cpu": cpu, "cores": cores(), "memory_gib": memory_gib,
+    return {"cpu": cpu, "cores": launching.cores(), "memory_gib": memory_gib,
             "os": f"{platform.system()} {platform.release()}",
             "python": platform.python_version(), "versions": versions,
             "load_average_1min_at_start": load,

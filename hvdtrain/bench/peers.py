@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from hvdtrain import launching
 from hvdtrain.bench import common
 
 SYSTEMS = ("single", "hvdtrain", "mwms", "ps")
@@ -172,7 +173,7 @@ def rank_hvdtrain(options: dict[str, Any]) -> None:
 
 def rank_mwms(options: dict[str, Any]) -> None:
     index = options["index"]
-    os.sched_setaffinity(0, {index % common.cores()})
+    os.sched_setaffinity(0, {index % launching.cores()})
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": options["workers"]},
                                           "task": {"type": "worker", "index": index}})
     import tensorflow as tf
@@ -247,7 +248,7 @@ def _spawn(options: dict[str, Any], log: Path) -> subprocess.Popen:
     fill up and stall it)."""
     with open(log, "w") as out:
         proc = subprocess.Popen(common.rank_argv("hvdtrain.bench.peers", options),
-                                env=common.launch_env(), stdout=out, stderr=subprocess.STDOUT,
+                                env=launching.launch_env(), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
     proc.log = log  # type: ignore[attr-defined]
     return proc

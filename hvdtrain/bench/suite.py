@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from hvdtrain import launching
 from hvdtrain.bench import common
 from hvdtrain.errors import UserError
 
@@ -43,7 +44,7 @@ def parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
                            help="comma list of mobilenetv2, resnet_small, mlp (default: "
                                 "mobilenetv2,resnet_small; --quick: mlp)")
             p.add_argument("--world-sizes", default="1,2", help="comma list (default 1,2)")
-            p.add_argument("--launcher", choices=common.LAUNCHERS, default="mpi",
+            p.add_argument("--launcher", choices=launching.LAUNCHERS, default="mpi",
                            help="mpi (mpirun --bind-to core, default) or gloo (horovodrun)")
             p.add_argument("--horovod-synthetic", metavar="PATH", type=Path,
                            help="Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark"
