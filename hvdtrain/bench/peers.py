@@ -137,7 +137,8 @@ def _warmup_schedule(cfg, peak_lr: float, warmup_steps: int):
 
     class Warmup(tf.keras.optimizers.schedules.LearningRateSchedule):
         def __call__(self, step):
-            lr = tf.numpy_function(lambda s: np.float32(lr_at(s)), [step], tf.float32)
+            lr = tf.numpy_function(lambda s: np.float32(lr_at(s)), [tf.cast(step, tf.int64)],
+                                   tf.float32)
             return tf.reshape(lr, [])
 
         def get_config(self) -> dict:
