@@ -5,11 +5,8 @@ PY := $(VENV)/bin/python
 
 # The venv's horovodrun, hvdtrain and python must be what every rank finds on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-# Open MPI refuses to start as root unless told (CI and containers run as root).
-export OMPI_ALLOW_RUN_AS_ROOT := 1
-export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
-# TensorFlow's C++ start-up chatter, once per process, hides the real output.
-export TF_CPP_MIN_LOG_LEVEL := 2
+# TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
+# (hvdtrain/launching.py), not here.
 
 .PHONY: install demo test unit bench bench-quick clean
 

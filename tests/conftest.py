@@ -1,8 +1,6 @@
 """Shared helpers: launching real multi-rank jobs under horovodrun (Gloo) or mpirun (MPI)."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -11,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
+from hvdtrain import launching
+
+BIN = launching.BIN
 TESTS = Path(__file__).parent
-LAUNCHERS = ["gloo", "mpi"]
+LAUNCHERS = list(launching.LAUNCHERS)
 
 
 @dataclass
@@ -23,27 +23,12 @@ class Launched:
     seconds: float
 
 
-def launcher_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    # Open MPI refuses to run as root (CI, containers) unless told.
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    return env
+def pytest_configure(config) -> None:
+    launching.quiet_tensorflow()  # before any test module loads TensorFlow
 
 
-def launch_command(launcher: str, np_: int, argv: list[str]) -> list[str]:
-    if launcher == "single":
-        assert np_ == 1
-        return argv
-    if launcher == "gloo":
-        return [str(BIN / "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo",
-                *argv]
-    mpirun = shutil.which("mpirun")
-    assert mpirun, "mpirun not found: run 'make install'"
-    extra = ["--oversubscribe"] if (os.cpu_count() or 1) < np_ else []
-    return [mpirun, "-np", str(np_), *extra, *argv]
+launcher_env = launching.launch_env
+launch_command = launching.launch_command
 
 
 def launch(launcher: str, np_: int, argv: list[str], *, cwd: Path | None = None,

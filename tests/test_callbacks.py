@@ -2,11 +2,8 @@
 from __future__ import annotations
 
 import io
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from hvdtrain.callbacks import ProgressLine  # noqa: E402
+from hvdtrain.callbacks import ProgressLine
 
 
 class FakeClock:

@@ -2,20 +2,16 @@
 models given as package.module:function; every user mistake is a UserError."""
 from __future__ import annotations
 
-import os
+import sys
+import textwrap
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import sys  # noqa: E402
-import textwrap  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from hvdtrain import models  # noqa: E402
-from hvdtrain.config import ModelConfig  # noqa: E402
-from hvdtrain.errors import UserError  # noqa: E402
+from hvdtrain import models
+from hvdtrain.config import ModelConfig
+from hvdtrain.errors import UserError
 
 
 def _forward(model: tf.keras.Model, input_shape, batch: int = 2) -> np.ndarray:
