@@ -30,6 +30,7 @@ from horovod.common.exceptions import HorovodInternalError
 from hvdtrain import config as config_lib
 from hvdtrain import placement, rank_env
 from hvdtrain.config import HorovodConfig
+from hvdtrain.dist.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
@@ -174,16 +175,6 @@ def join() -> int:
     # the first time; from the second call on it returns at once on the rank that joins first
     # (measured), whose next all-reduce then meets the other rank's old one.
     return int(tf.function(hvd.join)())
-
-
-def compression(options: HorovodConfig) -> Any:
-    # Horovod: fp16 casts float32 gradients to float16 for the wire and back after it.
-    return hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none
-
-
-def reduce_op(options: HorovodConfig) -> Any:
-    # Horovod: Adasum combines gradients by their directions instead of averaging them.
-    return hvd.Adasum if options.op == "adasum" else hvd.Average
 
 
 def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:

@@ -16,7 +16,7 @@ import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.dist import compression, reduce_op
+from hvdtrain.dist.reduction import compression, reduce_op
 
 T = TypeVar("T")
 
