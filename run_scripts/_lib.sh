@@ -9,6 +9,11 @@ need() {  # need COMMAND HINT: stop with HINT when COMMAND is not on PATH
     command -v "$1" >/dev/null 2>&1 || die "'$1' not found on PATH: $2"
 }
 
+# horovodrun loads TensorFlow to check its own build: without this its C++ start-up chatter
+# heads the output. The value is hvdtrain.launching's (tests/test_run_scripts.py checks); a
+# level the user set wins.
+export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
+
 is_count() { case "$1" in ''|*[!0-9]*|0*) return 1 ;; *) return 0 ;; esac; }
 
 # hostfile_slots FILE [LABEL]: checks FILE (called LABEL in errors) and prints "HOST SLOTS" per

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import launcher_env
+from hvdtrain import launching
 
 SCRIPTS = Path(__file__).parent.parent / "run_scripts"
 ALL = ["local.sh", "mpirun_hostfile.sh", "slurm.sbatch", "elastic.sh", "discover_hosts.sh"]
@@ -29,6 +30,18 @@ def assert_refused(done: subprocess.CompletedProcess, *words: str) -> None:
     for word in words:
         assert word in lines[-1], done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("user_level", [None, "0"])
+def test_scripts_quiet_tensorflow_as_hvdtrain_does_and_a_user_level_wins(user_level):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    if user_level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = user_level
+    shell = f'source "{SCRIPTS}/_lib.sh"; echo "$TF_CPP_MIN_LOG_LEVEL"'
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60,
+                          env=env)
+    expected = user_level or launching.QUIET_TENSORFLOW["TF_CPP_MIN_LOG_LEVEL"]
+    assert done.stdout.strip() == expected, done
 
 
 @pytest.mark.parametrize("name", ALL)
