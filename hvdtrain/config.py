@@ -16,7 +16,7 @@ from typing import Any, Literal, Mapping
 from hvdtrain.errors import UserError
 
 # The choices of each string key: the type documents them, and ``_check_choices`` enforces them.
-DataSource = Literal["synthetic", "digits", "npz", "tfrecord"]
+DataSource = Literal["synthetic", "digits", "npz", "tfrecord", "images"]
 OptimizerName = Literal["sgd", "adam"]
 LrScaling = Literal["linear", "sqrt", "none"]
 LrDecay = Literal["constant", "cosine"]
@@ -35,24 +35,35 @@ def _help(text: str, **kwargs: Any) -> Any:
 class DataConfig:
     source: DataSource = _help("where the samples come from", default="digits")
     path: str = _help("npz: a file with arrays x, y. tfrecord: a file, directory or glob "
-                      "(comma-separated list allowed)", default="")
+                      "(comma-separated list allowed), or the output of 'hvdtrain data "
+                      "convert'. images: a folder with one sub-folder of JPEG/PNG files per "
+                      "class", default="")
     eval_path: str = _help("like path, for the eval set; empty: hold out eval_fraction of path",
                            default="")
     eval_fraction: float = _help("share of the data held out for eval when no eval_path is "
                                  "given (npz, synthetic)", default=0.2)
     num_samples: int = _help("synthetic: number of samples (train and eval together)",
                              default=2048)
-    image_shape: tuple[int, ...] = _help("synthetic and tfrecord: shape of one input, "
-                                         "e.g. 28,28,1", default=(8, 8, 1))
+    image_shape: tuple[int, ...] = _help("synthetic, tfrecord and images: shape of one input, "
+                                         "e.g. 28,28,1 (images: every file is resized to "
+                                         "height,width and converted to 1 or 3 channels)",
+                                         default=(8, 8, 1))
     num_classes: int = _help("synthetic and tfrecord: number of classes (npz: taken as "
-                             "max(y)+1 when 0)", default=10)
+                             "max(y)+1 when 0; images and converted records: from the "
+                             "class folders)", default=10)
     shuffle: bool = _help("reshuffle each rank's shard every epoch (seeded by train.seed "
                           "and the epoch)", default=True)
     shuffle_buffer: int = _help("tfrecord: records held in the shuffle buffer", default=10_000)
+    cache: bool = _help("images: decode each rank's images once and keep them in memory "
+                        "(for data sets that fit)", default=False)
+    verify_images: bool = _help("images: before training, every rank decodes its share of "
+                                "the files once, so that a corrupt file stops the run at "
+                                "once, named; off: a corrupt file fails the rank that reads "
+                                "it", default=True)
 
     def __post_init__(self) -> None:
         _check_choices(self, "data")
-        if self.source in ("npz", "tfrecord") and not self.path:
+        if self.source in ("npz", "tfrecord", "images") and not self.path:
             raise UserError(f"data.source={self.source} needs a file: pass "
                             f"--set data.path=PATH")
         _in_range("data.eval_fraction", self.eval_fraction, 0.0, 1.0, open_low=True,
@@ -65,6 +76,10 @@ class DataConfig:
             raise UserError(f"data.num_classes must be >= 2 (or 0 to infer it), "
                             f"got {self.num_classes}")
         _positive("data.shuffle_buffer", self.shuffle_buffer)
+        if self.source == "images" and (len(self.image_shape) != 3
+                                        or self.image_shape[-1] not in (1, 3)):
+            raise UserError(f"data.source=images needs data.image_shape=height,width,channels "
+                            f"with 1 (grey) or 3 (colour) channels, got {self.image_shape}")
 
 
 @dataclass(frozen=True)

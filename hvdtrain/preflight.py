@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from hvdtrain import dist, sharding
+from hvdtrain import dist, images, sharding
 from hvdtrain.config import Config, HorovodConfig, to_dict
 from hvdtrain.data import DataSet
 from hvdtrain.errors import UserError
@@ -31,7 +31,8 @@ def world_problem(options: HorovodConfig, size: int, controller: str) -> str | N
 
 def check(config: Config, world: dist.World, load: Callable[[], DataSet]) -> DataSet:
     """Every rank, before anything is written: the same config as rank 0's, Horovod options
-    this world can run, and data that loads with at least one training sample per rank.
+    this world can run, and data that loads with at least one training sample per rank (image
+    folders: a file of every class per rank, and each rank's share of the files decodable).
     Returns the loaded data set."""
     dist.check_same_config(to_dict(config), world)
     dataset = None
@@ -40,6 +41,9 @@ def check(config: Config, world: dist.World, load: Callable[[], DataSet]) -> Dat
         try:
             dataset = load()
             problem = sharding.enough_samples_problem(len(dataset.train), world.size)
+            if not problem and isinstance(dataset.train, images.ImageFiles):
+                images.check_ready(dataset.train, dataset.eval, world.rank, world.size,
+                                   config.data.verify_images)
         except UserError as e:
             problem = str(e)
     dist.agree_or_fail(problem, world)  # Horovod: all ranks stop together, or none does

@@ -2,10 +2,11 @@
 at the end besides the checkpoints (``checkpoints.py``): the exported model.
 
     RUN_DIR/config.json     the config the run started with
+    RUN_DIR/classes.json    the class names, in class-id order (for ``hvdtrain predict``)
     RUN_DIR/checkpoints/    one checkpoint per epoch (checkpoints.py)
     RUN_DIR/metrics.jsonl   one line per epoch (callbacks.MetricsLog)
     RUN_DIR/summary.json    written when training ends (report.summary)
-    RUN_DIR/model/          the trained model (export)
+    RUN_DIR/model/          the trained model (export), with its classes.json
 
 Rank 0 alone calls these; ``dist.rank0_then_all`` hands its answer (or error) to every rank.
 """
@@ -15,7 +16,7 @@ import datetime
 import os
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
@@ -31,10 +32,19 @@ def default_run_dir(config: Config) -> str:
     return os.path.join("runs", f"{config.preset}-{stamp}")
 
 
+CLASSES_FILE = "classes.json"
+
+
+def save_class_names(folder: Path, class_names: Sequence[str]) -> None:
+    checkpoints.write_json_atomic(folder / CLASSES_FILE, {"class_names": list(class_names)})
+
+
 def open_run_dir(run_dir: Path, checkpoint: tf.train.Checkpoint, config: Config, *,
-                 resume: bool, say: Callable[[str], None]) -> tuple[int, dict]:
+                 resume: bool, say: Callable[[str], None],
+                 class_names: Sequence[str] = ()) -> tuple[int, dict]:
     """Refuses to overwrite an earlier run, restores the latest checkpoint when resuming, and
-    writes the config. Returns (epochs already done, their last metrics)."""
+    writes the config and the class names. Returns (epochs already done, their last
+    metrics)."""
     found = checkpoints.latest(run_dir)
     if found and not resume:
         raise UserError(f"{run_dir} already holds a run (checkpoint after epoch {found[0]}): "
@@ -56,16 +66,20 @@ def open_run_dir(run_dir: Path, checkpoint: tf.train.Checkpoint, config: Config,
     elif resume:
         say(f"no checkpoint in {run_dir} yet: starting at epoch 1")
     checkpoints.write_json_atomic(run_dir / "config.json", to_dict(config))
+    if class_names:
+        save_class_names(run_dir, class_names)
     return start_epoch, restored
 
 
-def export(model: tf.keras.Model, run_dir: Path) -> Path:
-    """The trained model in RUN_DIR/model (in the format this Keras loads), swapped in
-    atomically."""
+def export(model: tf.keras.Model, run_dir: Path, *, class_names: Sequence[str] = ()) -> Path:
+    """The trained model in RUN_DIR/model (in the format this Keras loads), with its class
+    names beside it, swapped in atomically."""
     final = run_dir / "model"
     tmp = run_dir / f".model.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     dist.save_model(model, tmp)
+    if class_names:
+        save_class_names(tmp, class_names)  # travels with the model
     if final.exists():
         old = run_dir / f".model.old-{os.getpid()}"
         os.rename(final, old)

@@ -48,7 +48,15 @@ def epoch_order(num_samples: int, rank: int, size: int, epoch: int, seed: int,
     batches an uninterrupted run would have seen.
     """
     own = shard_indices(num_samples, rank, size)
-    padded = np.resize(own, padded_shard_size(num_samples, size)) if pad else own  # wraps
+    return order_of(own, padded_shard_size(num_samples, size) if pad else len(own), rank,
+                    epoch, seed, shuffle)
+
+
+def order_of(own: np.ndarray, width: int, rank: int, epoch: int, seed: int,
+             shuffle: bool) -> np.ndarray:
+    """The rank's own indices wrapped around to ``width``, shuffled by (seed, epoch, rank):
+    the one rule every source's order follows."""
+    padded = np.resize(own, width)  # wraps
     if shuffle:
         rng = np.random.default_rng([seed, epoch, rank])
         padded = rng.permutation(padded)
@@ -59,11 +67,23 @@ def epoch_orders(num_samples: int, rank: int, size: int, first_epoch: int, epoch
                  seed: int, shuffle: bool, pad: bool = True) -> np.ndarray:
     """``epoch_order`` for epochs first_epoch .. epochs-1, stacked: shape [epochs-first, shard]
     (no rows when a resumed run has no epoch left)."""
-    rows = [epoch_order(num_samples, rank, size, e, seed, shuffle, pad)
-            for e in range(first_epoch, epochs)]
-    width = padded_shard_size(num_samples, size) if pad else len(
-        shard_indices(num_samples, rank, size))
+    own = shard_indices(num_samples, rank, size)
+    width = padded_shard_size(num_samples, size) if pad else len(own)
+    return orders_of(own, width, rank, first_epoch, epochs, seed, shuffle)
+
+
+def orders_of(own: np.ndarray, width: int, rank: int, first_epoch: int, epochs: int,
+              seed: int, shuffle: bool) -> np.ndarray:
+    """``order_of`` for epochs first_epoch .. epochs-1, stacked: shape [epochs-first, width]."""
+    rows = [order_of(own, width, rank, e, seed, shuffle) for e in range(first_epoch, epochs)]
     return np.array(rows, dtype=np.int64).reshape(len(rows), width)
+
+
+def epoch_seeds(seed: int, rank: int, first_epoch: int, epochs: int) -> np.ndarray:
+    """One int64 seed per epoch from (seed, epoch, rank), for the shuffles that tf.data does
+    itself (record files): a resumed run draws the same ones as an uninterrupted run."""
+    return np.array([np.random.default_rng([seed, e, rank]).integers(2**62)
+                     for e in range(first_epoch, epochs)], dtype=np.int64)
 
 
 def shard_files(files: list[str], rank: int, size: int) -> list[str] | None:

@@ -80,7 +80,8 @@ class Trainer:
             summary["elastic_world_sizes"] = self.world_sizes
         if self.world.is_chief:
             if self.config.run.export:
-                summary["exported_model"] = str(rundir.export(setup.model, setup.run_dir))
+                summary["exported_model"] = str(rundir.export(
+                    setup.model, setup.run_dir, class_names=setup.dataset.names()))
             checkpoints.write_json_atomic(setup.run_dir / "summary.json", summary)
             self.say(f"done: eval accuracy {result.final_eval['eval_accuracy']:.4f} on "
                      f"{result.final_eval['eval_samples']} samples, "
@@ -96,7 +97,7 @@ class Trainer:
         run_dir = Path(dist.rank0_then_all(lambda: rundir.default_run_dir(self.config),
                                            self.world))
         start_epoch, restored = dist.rank0_then_all(
-            lambda: self._open_run_dir(run_dir, checkpoint), self.world)
+            lambda: self._open_run_dir(run_dir, checkpoint, dataset), self.world)
         # Horovod: every rank starts from rank 0's weights and optimizer state (fresh or restored).
         dist.broadcast_variables(model.variables + list(optimizer.variables()))
         return TrainingSetup(dataset, model, optimizer, checkpoint, run_dir, start_epoch,
@@ -192,7 +193,7 @@ class Trainer:
             if state.run_dir:  # a restart: the run is open, go on from the last commit
                 return state.run_dir, state.epoch, {}
             run_dir = Path(rundir.default_run_dir(self.config))
-            return (str(run_dir), *self._open_run_dir(run_dir, checkpoint))
+            return (str(run_dir), *self._open_run_dir(run_dir, checkpoint, dataset))
 
         @dist.run_elastic
         def train_on_current_ranks(state) -> tuple[TrainingSetup, TrainingResult]:
@@ -255,9 +256,10 @@ class Trainer:
             return tf.keras.mixed_precision.LossScaleOptimizer(base)
         return base
 
-    def _open_run_dir(self, run_dir: Path, checkpoint: tf.train.Checkpoint) -> tuple[int, dict]:
+    def _open_run_dir(self, run_dir: Path, checkpoint: tf.train.Checkpoint,
+                      dataset: data.DataSet) -> tuple[int, dict]:
         return rundir.open_run_dir(run_dir, checkpoint, self.config, resume=self.resume,
-                                   say=self.say)
+                                   say=self.say, class_names=dataset.names())
 
     def _evaluator(self, model: tf.keras.Model, dataset: data.DataSet) -> Callable[[], dict]:
         return evaluation.exact_evaluator(model, dataset.eval, self.world,

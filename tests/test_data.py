@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain import data, sharding
+from hvdtrain import data, records, sharding
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
 
@@ -269,16 +269,16 @@ def test_resolve_files_directory_glob_and_list(tmp_path):
     (tmp_path / "a" / "sub").mkdir()                       # a subdirectory is not a file
     (tmp_path / "a" / "notes.txt").write_text("x")
     # A directory: all its files (not its subdirectories), sorted.
-    assert data.resolve_files(str(tmp_path / "a")) == \
+    assert records.resolve_files(str(tmp_path / "a")) == \
         sorted([*map(str, a), str(tmp_path / "a" / "notes.txt")])
     # A glob, sorted.
-    assert data.resolve_files(str(tmp_path / "a" / "part-*.tfrecord")) == list(map(str, a))
-    assert data.resolve_files(str(tmp_path / "a" / "part-0[02].tfrecord")) == [str(a[0]),
+    assert records.resolve_files(str(tmp_path / "a" / "part-*.tfrecord")) == list(map(str, a))
+    assert records.resolve_files(str(tmp_path / "a" / "part-0[02].tfrecord")) == [str(a[0]),
                                                                                 str(a[2])]
     # A comma-separated list of any of these, in the order given, blanks ignored.
     spec = f"{b[0]} , {tmp_path / 'a' / 'part-*.tfrecord'},,"
-    assert data.resolve_files(spec) == [str(b[0]), *map(str, a)]
-    assert data.resolve_files(str(a[1])) == [str(a[1])]
+    assert records.resolve_files(spec) == [str(b[0]), *map(str, a)]
+    assert records.resolve_files(str(a[1])) == [str(a[1])]
 
 
 @pytest.mark.parametrize("spec", ["nope.tfrecord", "nope-*.tfrecord", "emptydir",
@@ -288,7 +288,7 @@ def test_resolve_files_missing_is_a_user_error(tmp_path, spec):
     (tmp_path / "emptydir").mkdir()
     full = ",".join(str(tmp_path / part) for part in spec.split(","))
     with pytest.raises(UserError) as info:
-        data.resolve_files(full)
+        records.resolve_files(full)
     assert "no data files at" in str(info.value)
     assert str(tmp_path / spec.split(",")[-1]) in str(info.value)   # names the bad part
 

@@ -1,0 +1,264 @@
+"""Image folders: ``ROOT/<class name>/<image file>``, JPEG and PNG in any mix, the layout of
+Keras's ``image_dataset_from_directory`` and torchvision's ``ImageFolder``.
+
+Class ids are the sorted folder names, so every rank (and the eval set) numbers them alike.
+Files are decoded and resized inside tf.data (``decoder``); nothing here knows about Horovod:
+sharding takes ``rank`` and ``size`` as arguments.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from hvdtrain import sharding
+from hvdtrain.tfdata import TrainStream, indexed_train, with_thread_budget
+from hvdtrain.errors import UserError
+
+# The first bytes of the formats decoded here (tf.io.decode_image also reads GIF and BMP, but
+# hvdtrain promises JPEG and PNG).
+MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
+
+
+@dataclass(frozen=True)
+class ImageFiles:
+    """A split of an image folder: paths with their class ids, and the shape they decode to."""
+    paths: tuple[str, ...]
+    labels: np.ndarray           # int32 [n], ids into class_names
+    image_shape: tuple[int, int, int]
+    class_names: tuple[str, ...]
+    cache: bool = False          # decode once and keep the images in memory (data.cache)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the folders
+
+def _list(folder: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as entries:
+            # Hidden entries (.DS_Store, .ipynb_checkpoints) are not data.
+            return sorted((e for e in entries if not e.name.startswith(".")),
+                          key=lambda e: e.name)
+    except FileNotFoundError:
+        raise UserError(f"image folder {folder} does not exist: check data.path / "
+                        f"data.eval_path") from None
+    except NotADirectoryError:
+        raise UserError(f"{folder} is a file, not a folder: data.source=images needs a folder "
+                        f"with one sub-folder of images per class") from None
+    except PermissionError:
+        raise UserError(f"image folder {folder} is not readable (permission denied): fix its "
+                        f"permissions") from None
+
+
+def _kind(path: str) -> str | None:
+    """JPEG, PNG, or None when the file starts like neither."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    return next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
+
+
+def scan(root: str, image_shape: tuple[int, ...], *, cache: bool = False) -> ImageFiles:
+    """Every image of ``root``'s class folders, checked cheaply (the folders are readable, no
+    class is empty, every file starts like a JPEG or PNG); the content is checked by
+    ``undecodable``."""
+    classes = [e for e in _list(Path(root)) if e.is_dir()]
+    if not classes:
+        raise UserError(f"{root} holds no class folders: data.source=images needs "
+                        f"{root}/<class name>/<images>")
+    paths: list[str] = []
+    labels: list[int] = []
+    for label, entry in enumerate(classes):
+        files = [e.path for e in _list(Path(entry.path)) if e.is_file()]
+        if not files:
+            raise UserError(f"class folder {entry.path} holds no images: add some, or remove "
+                            f"the folder")
+        for path in files:
+            try:
+                kind = _kind(path)
+            except OSError as e:
+                raise UserError(f"image {path} is not readable ({e.strerror}): fix its "
+                                f"permissions or remove it") from None
+            if kind is None:
+                raise UserError(f"{path} is not a JPEG or PNG image: remove it from the class "
+                                f"folder (or convert it)")
+        paths += files
+        labels += [label] * len(files)
+    return ImageFiles(tuple(paths), np.array(labels, np.int32), tuple(image_shape),
+                      tuple(e.name for e in classes), cache)
+
+
+def hold_out(images: ImageFiles, fraction: float, seed: int) -> tuple[ImageFiles, ImageFiles]:
+    """``fraction`` of every class, drawn by ``seed``, as the eval set (the same on every
+    rank)."""
+    rng = np.random.default_rng([seed, 1])
+    train: list[int] = []
+    held: list[int] = []
+    for label, name in enumerate(images.class_names):
+        members = np.flatnonzero(images.labels == label)
+        n_eval = max(1, int(round(len(members) * fraction)))
+        if n_eval >= len(members):
+            raise UserError(f"class {name} holds {len(members)} images, too few to hold out "
+                            f"{fraction:.0%} for eval: add images or pass data.eval_path")
+        chosen = rng.permutation(members)
+        held += chosen[:n_eval].tolist()
+        train += chosen[n_eval:].tolist()
+    return subset(images, sorted(train)), subset(images, sorted(held))
+
+
+def subset(images: ImageFiles, indices) -> ImageFiles:
+    indices = np.asarray(indices, np.int64)
+    return dataclasses.replace(images, paths=tuple(images.paths[i] for i in indices),
+                               labels=images.labels[indices])
+
+
+def check_same_classes(train: ImageFiles, evaluation: ImageFiles, eval_root: str) -> None:
+    if train.class_names != evaluation.class_names:
+        missing = sorted(set(train.class_names) - set(evaluation.class_names))
+        extra = sorted(set(evaluation.class_names) - set(train.class_names))
+        parts = ([f"lacks {', '.join(missing)}"] if missing else []) + (
+            [f"has extra {', '.join(extra)}"] if extra else [])
+        raise UserError(f"eval folder {eval_root} {' and '.join(parts)}: its class folders "
+                        f"must be the same as the training folder's")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharding: each rank takes its share of EVERY class, so no rank trains without a class.
+
+def own_indices(images: ImageFiles, rank: int, size: int) -> np.ndarray:
+    """Rank ``rank``'s files: every size-th file of each class (disjoint, together complete)."""
+    own = [np.flatnonzero(images.labels == label)[rank::size]
+           for label in range(len(images.class_names))]
+    return np.sort(np.concatenate(own)) if own else np.zeros(0, np.int64)
+
+
+def check_shardable(images: ImageFiles, size: int) -> None:
+    for label in range(len(images.class_names)):
+        members = np.flatnonzero(images.labels == label)
+        if len(members) < size:
+            folder = os.path.dirname(images.paths[members[0]])
+            raise UserError(f"class folder {folder} holds {len(members)} training images but {size} "
+                            f"ranks were launched: each rank takes a share of every class; "
+                            f"add images to it or launch at most {len(members)} ranks")
+
+
+def padded_width(images: ImageFiles, size: int, rank: int, pad: bool) -> int:
+    """Samples per epoch on ``rank``: its own share, or (padded) the largest share of any rank."""
+    if not pad:
+        return len(own_indices(images, rank, size))
+    return max(len(own_indices(images, r, size)) for r in range(size))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+def decoder(image_shape: tuple[int, ...]):
+    """path -> float32 image in [0, 1] of ``image_shape`` (H, W, C): decoded (grey and colour
+    converted to C channels), then resized with antialiasing whatever its stored size."""
+    height, width, channels = image_shape
+
+    def decode(path: tf.Tensor) -> tf.Tensor:
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
+                                   expand_animations=False)
+        image = tf.image.resize(tf.cast(image, tf.float32), (height, width), antialias=True)
+        return tf.clip_by_value(image / 255.0, 0.0, 1.0)
+    return decode
+
+
+def decoded(paths, image_shape: tuple[int, ...]) -> tf.data.Dataset:
+    """The images of ``paths`` in order, decoded in parallel."""
+    ds = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string)).map(
+        decoder(image_shape), num_parallel_calls=tf.data.AUTOTUNE)
+    return with_thread_budget(ds)
+
+
+def decode_all(paths, image_shape: tuple[int, ...]) -> np.ndarray:
+    """The images of ``paths`` as one float32 array [n, *image_shape] (data.cache)."""
+    chunks = list(decoded(paths, image_shape).batch(256).as_numpy_iterator())
+    return (np.concatenate(chunks) if chunks
+            else np.zeros((0, *image_shape), np.float32))
+
+
+def batch_decoder(paths: tf.Tensor, image_shape: tuple[int, ...]):
+    """A batch of indices -> the decoded images of those files (for index-ordered streams)."""
+    decode = decoder(image_shape)
+    spec = tf.TensorSpec(image_shape, tf.float32)
+
+    def fetch(idx: tf.Tensor) -> tf.Tensor:
+        return tf.map_fn(decode, tf.gather(paths, idx), fn_output_signature=spec)
+    return fetch
+
+
+def undecodable(paths, channels: int) -> list[str]:
+    """The files of ``paths`` that cannot be read or decoded (truncated or corrupt), found in
+    one parallel pass: a failed file is dropped from the stream, so its index is missing."""
+    paths = list(paths)
+    if not paths:
+        return []
+
+    def check(index: tf.Tensor, path: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
+                                   expand_animations=False)
+        return index, tf.shape(image)  # a data dependency: the decode cannot be pruned
+    ds = (tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), paths))
+          .map(check, num_parallel_calls=tf.data.AUTOTUNE)
+          .ignore_errors()
+          .batch(1024))
+    seen = np.zeros(len(paths), bool)
+    for batch, _ in with_thread_budget(ds).as_numpy_iterator():
+        seen[batch] = True
+    return [p for p, ok in zip(paths, seen) if not ok]
+
+
+def check_decodable(paths, channels: int) -> None:
+    bad = undecodable(paths, channels)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UserError(f"image {bad[0]}{more} cannot be decoded (truncated or corrupt): "
+                        f"replace or remove it")
+
+
+def check_ready(train: ImageFiles, evaluation: ImageFiles, rank: int, size: int,
+                verify: bool) -> None:
+    """What only the world size can tell: a file of every class per rank, and (``verify``)
+    this rank's share of the files decoded once, so that a corrupt file stops every rank
+    before training, named."""
+    check_shardable(train, size)
+    if verify:
+        for split in (train, evaluation):
+            mine = sharding.shard_indices(len(split), rank, size)
+            check_decodable([split.paths[i] for i in mine], split.image_shape[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-rank pipelines
+
+def train_stream(split: ImageFiles, rank: int, size: int, batch_size: int, first_epoch: int,
+                 epochs: int, seed: int, shuffle: bool, pad: bool) -> TrainStream:
+    """The array rule on file indices: this rank's share of every class, padded by wrapping
+    around it, shuffled by (seed, epoch, rank)."""
+    own = own_indices(split, rank, size)
+    orders = sharding.orders_of(own, padded_width(split, size, rank, pad), rank,
+                                first_epoch, epochs, seed, shuffle)
+    if split.cache:  # decode this rank's files once; batches gather from memory
+        x = tf.constant(decode_all([split.paths[i] for i in own], split.image_shape))
+        y = tf.constant(split.labels[own])
+        return indexed_train(np.searchsorted(own, orders), batch_size,
+                             lambda pos: (tf.gather(x, pos), tf.gather(y, pos)))
+    labels = tf.constant(split.labels)
+    fetch = batch_decoder(tf.constant(split.paths), split.image_shape)
+    return indexed_train(orders, batch_size, lambda idx: (fetch(idx), tf.gather(labels, idx)))
+
+
+def eval_images(split: ImageFiles, rank: int, size: int) -> tf.data.Dataset:
+    """This rank's disjoint share of the files, in order, decoded (kept when cached)."""
+    own = sharding.shard_indices(len(split), rank, size)
+    ds = tf.data.Dataset.zip((decoded([split.paths[i] for i in own], split.image_shape),
+                              tf.data.Dataset.from_tensor_slices(split.labels[own])))
+    return ds.cache() if split.cache else ds

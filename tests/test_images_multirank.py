@@ -1,0 +1,95 @@
+"""data.source=images at 2 ranks under horovodrun --gloo and mpirun: a real image tree trains
+to the digits bar, and every bad input stops every rank with one line, exit 2, nothing written."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import hvdtrain, launch
+from image_tree import SORTED, write_digit_tree, write_digits
+from test_multirank import assert_ok
+
+pytestmark = pytest.mark.multirank
+
+BAR = 0.95  # the digits CNN after 5 epochs at 2 ranks (test_multirank, the array source)
+
+
+@pytest.fixture(scope="module")
+def digit_tree(tmp_path_factory) -> tuple[Path, Path]:
+    return write_digit_tree(tmp_path_factory.mktemp("tree"))
+
+
+def images_args(train: Path, evaluation: Path | None = None) -> list[str]:
+    return ["--data", "images", "--set", f"data.path={train}",
+            *(["--set", f"data.eval_path={evaluation}"] if evaluation else []),
+            "--set", "run.tensorboard=false"]
+
+
+def test_image_folders_train_to_the_digits_bar(launcher, digit_tree, tmp_path):
+    run_dir = tmp_path / "run"
+    job = launch(launcher, 2, hvdtrain("train", "--preset", "digits", "--epochs", "5",
+                                       *images_args(*digit_tree), "--run-dir", str(run_dir)))
+    assert_ok(job, "hvdtrain train on images")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["eval_samples"] == 360
+    assert summary["final_eval_accuracy"] >= BAR, summary
+    assert "images 1437 train + 360 eval, 10 classes" in summary["data"]
+    # The class names are saved beside the run and inside the exported model.
+    for where in (run_dir, run_dir / "model"):
+        assert json.loads((where / "classes.json").read_text())["class_names"] == SORTED
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+
+def _bad(root: Path, case: str) -> tuple[list[str], str]:
+    train = root / "train"
+    write_digits(train, range(60))
+    threes = sorted((train / "three").iterdir())
+    if case == "truncated jpeg":   # on one rank's share only: the other must not hang
+        jpeg = next(p for p in threes if p.suffix == ".jpg")
+        jpeg.write_bytes(jpeg.read_bytes()[:-40])
+        return images_args(train), f"image {jpeg} cannot be decoded"
+    if case == "not an image":
+        (train / "three" / "notes.txt").write_text("threes")
+        return images_args(train), f"{train / 'three' / 'notes.txt'} is not a JPEG or PNG"
+    if case == "empty class":
+        (train / "ten").mkdir()
+        return images_args(train), f"class folder {train / 'ten'} holds no images"
+    if case == "eval classes differ":
+        ev = root / "eval"
+        shutil.copytree(train, ev)
+        shutil.rmtree(ev / "seven")
+        return images_args(train, ev), f"eval folder {ev} lacks seven"
+    if case == "fewer files than ranks":
+        for extra in sorted((train / "two").iterdir())[1:]:
+            extra.unlink()
+        return (images_args(train, train),
+                f"class folder {train / 'two'} holds 1 training images but 2 ranks")
+    if case == "missing folder":
+        return images_args(root / "nope"), f"image folder {root / 'nope'} does not exist"
+    raise AssertionError(case)
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("case", ["truncated jpeg", "not an image", "empty class",
+                                  "eval classes differ", "fewer files than ranks",
+                                  "missing folder"])
+def test_bad_images_stop_every_rank_with_one_line(case, launcher, tmp_path):
+    args, expected = _bad(tmp_path / "data", case)
+    run_dir = tmp_path / "run"
+    job = launch(launcher, 2, hvdtrain("train", *args, "--run-dir", str(run_dir)), timeout=120)
+    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
+    assert len(errors) == 1, job.output
+    assert expected in errors[0], errors[0]
+    if launcher == "mpi":
+        assert job.returncode == 2 and "Traceback" not in job.output, job.output
+    else:  # horovodrun adds its own RuntimeError traceback; the ranks must not add one
+        assert "exit with status code 2" in job.output, job.output
+        assert not re.search(r"^\[\d+\]<std(out|err)>:Traceback", job.output, re.M), job.output
+    assert job.seconds < 60
+    assert not run_dir.exists()     # nothing written
