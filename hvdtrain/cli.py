@@ -1,8 +1,9 @@
-"""``hvdtrain train|eval|bench``: the only reader of sys.argv.
+"""``hvdtrain train|eval|data|bench``: the only reader of sys.argv.
 
     hvdtrain train --preset digits                          # one process
     horovodrun -np 2 -H localhost:2 --gloo hvdtrain train   # 2 ranks over Gloo
     mpirun -np 2 hvdtrain train --set train.epochs=5        # 2 ranks over MPI
+    hvdtrain data convert photos/ shards/ --image-shape 64,64,3   # one process
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ SHORTCUTS = {"run_dir": ("run", "run_dir"), "epochs": ("train", "epochs"),
              "model": ("model", "name"), "data": ("data", "source"),
              "loop": ("train", "loop"), "timeline": ("horovod", "timeline")}
 
+DATA_DEFAULTS, TRAIN_DEFAULTS = config_lib.DataConfig(), config_lib.TrainConfig()
 SHARED_ERROR_GRACE_S = 3.0
 LOST_A_RANK_EXIT_CODE = 1
 
@@ -74,12 +76,58 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--run-dir", required=True, help="a run directory written by train")
     evaluate.add_argument("--set", dest="assignments", action="append", default=[],
                           metavar="KEY=VALUE", help="override a saved key (e.g. data.eval_path)")
+    _add_data_parser(sub)
     # hvdtrain bench scaling|allreduce|peers|project|all: its own parser, in hvdtrain.bench,
     # which is imported for this command alone.
     # (Listed here for 'hvdtrain --help'; run() hands 'bench ...' to it before parsing.)
     sub.add_parser("bench", help="scaling benchmarks: figures as JSON, Markdown tables and PNG "
                                  "plots ('hvdtrain bench --help')")
     return parser
+
+
+def _add_data_parser(sub) -> None:
+    data_cmd = sub.add_parser("data", help="prepare data: 'hvdtrain data convert SRC DST'")
+    actions = data_cmd.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    convert = actions.add_parser(
+        "convert", help="image folders or .npz to TFRecord shards (one process, no launcher)",
+        description="Convert SRC (a folder with one sub-folder of JPEG/PNG images per class, or "
+                    "an .npz file with arrays x and y) to TFRecord shards in DST, with a sidecar "
+                    "file that lets 'hvdtrain train --data tfrecord --set data.path=DST' run "
+                    "without other data flags. An existing DST is refused.")
+    convert.add_argument("src", metavar="SRC")
+    convert.add_argument("dst", metavar="DST")
+    convert.add_argument("--shards", type=int, default=4,
+                         help="files per split (default 4; at least the number of ranks "
+                              "lets each rank read whole files)")
+    convert.add_argument("--image-shape", metavar="H,W,C",
+                         help="image folders: the size every image is resized to, and 1 "
+                              "(grey) or 3 (colour) channels")
+    convert.add_argument("--eval-path", default="",
+                         help="the eval set (like SRC); default: hold out --eval-fraction")
+    convert.add_argument("--eval-fraction", type=float, default=DATA_DEFAULTS.eval_fraction,
+                         help="share of every class held out for eval (default "
+                              f"{DATA_DEFAULTS.eval_fraction}), drawn as training on SRC "
+                              "with the same --seed would")
+    convert.add_argument("--seed", type=int, default=TRAIN_DEFAULTS.seed,
+                         help=f"seed of the hold-out and of the shards' order (default "
+                              f"{TRAIN_DEFAULTS.seed}, train.seed's default)")
+
+
+def _data_convert(args: argparse.Namespace) -> int:
+    shape = (overrides.parse_value("--image-shape", args.image_shape, tuple[int, ...])
+             if args.image_shape else None)
+    launching.quiet_tensorflow()
+    from hvdtrain import convert  # TensorFlow loads here, not at import
+
+    meta = convert.convert(args.src, args.dst, shards=args.shards, image_shape=shape,
+                           eval_path=args.eval_path, eval_fraction=args.eval_fraction,
+                           seed=args.seed)
+    print(f"wrote {args.dst}: {sum(meta['train_counts'])} train samples in "
+          f"{len(meta['train_files'])} files + {sum(meta['eval_counts'])} eval in "
+          f"{len(meta['eval_files'])}, {len(meta['class_names'])} classes, "
+          f"{','.join(map(str, meta['image_shape']))}; train with: hvdtrain train --data "
+          f"tfrecord --set data.path={args.dst}", flush=True)
+    return 0
 
 
 def _train_config(args: argparse.Namespace) -> config_lib.Config:
@@ -110,6 +158,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             from hvdtrain.bench import suite
             return suite.main(argv[1:], _Parser)
         args = _parser().parse_args(argv)
+        if args.command == "data":
+            return _data_convert(args)
         try:
             cfg = _train_config(args) if args.command == "train" else _eval_config(args)
         except UserError as e:  # argv is the same on every rank, so is this error
