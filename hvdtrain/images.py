@@ -224,6 +224,18 @@ def check_decodable(paths, channels: int) -> None:
                         f"replace or remove it")
 
 
+def read_problem(split, rank: int, size: int) -> str | None:
+    """After a decode failure in training: which of this rank's files is to blame, or None."""
+    if not isinstance(split, ImageFiles):
+        return None
+    try:
+        check_decodable([split.paths[i] for i in own_indices(split, rank, size)],
+                        split.image_shape[-1])
+    except UserError as e:
+        return str(e)
+    return None
+
+
 def check_ready(train: ImageFiles, evaluation: ImageFiles, rank: int, size: int,
                 verify: bool) -> None:
     """What only the world size can tell: a file of every class per rank, and (``verify``)

@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import (callbacks, checkpoints, custom_loop, data, dist, evaluation, models,
-                      preflight, report, rundir, schedules)
+from hvdtrain import (callbacks, checkpoints, custom_loop, data, dist, evaluation, images,
+                      models, preflight, report, rundir, schedules)
 from hvdtrain.config import Config, to_dict
 from hvdtrain.errors import UserError
 
@@ -158,6 +158,12 @@ class Trainer:
         else:
             try:
                 final_logs = self._loop(setup, stream, hooks.callbacks)
+            except tf.errors.InvalidArgumentError:
+                # data.verify_images off: a corrupt image fails the rank that reads it; name it.
+                problem = images.read_problem(setup.dataset.train, world.rank, world.size)
+                if problem:
+                    raise UserError(problem) from None
+                raise
             finally:
                 if hooks.watchdog:
                     hooks.watchdog.stop()

@@ -150,3 +150,16 @@ def test_bad_images_stop_every_rank_with_one_line(case, launcher, tmp_path):
         assert not re.search(r"^\[\d+\]<std(out|err)>:Traceback", job.output, re.M), job.output
     assert job.seconds < 60
     assert not run_dir.exists()     # nothing written
+
+
+@pytest.mark.fault
+def test_with_verify_off_a_corrupt_image_is_named_when_first_read(launcher, tmp_path):
+    args, expected = _bad(tmp_path / "data", "truncated jpeg")
+    job = launch(launcher, 2, hvdtrain("train", *args, "--set", "data.verify_images=false",
+                                       "--run-dir", str(tmp_path / "run")), timeout=120)
+    # The rank that read it names it; its peer reports the lost rank; no one hangs.
+    assert job.returncode != 0 and expected in job.output, job.output
+    # (horovodrun adds its own RuntimeError traceback; the ranks must not add one.)
+    rank_traceback = r"^Traceback" if launcher == "mpi" else r"^\[\d+\]<std(out|err)>:Traceback"
+    assert not re.search(rank_traceback, job.output, re.M), job.output
+    assert job.seconds < 60
