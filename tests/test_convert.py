@@ -191,3 +191,12 @@ def test_progress_line_on_a_pipe_every_interval_and_at_the_end():
     assert len(lines) == 3 and "\r" not in stream.getvalue()   # at 10 s, 20 s, and the end
     assert lines[0].startswith("converting [") and "40/100 samples 4/s 15s left" in lines[0]
     assert "100/100 samples" in lines[-1] and "#" * 30 in lines[-1]
+
+
+@pytest.mark.fault
+def test_an_unreadable_sidecar_is_named(tree, tmp_path):
+    convert.convert(str(tree), str(tmp_path / "s"), image_shape=(8, 8, 1), progress=_quiet)
+    sidecar = tmp_path / "s" / records.SIDECAR
+    sidecar.write_text(sidecar.read_text()[:-20])             # cut short
+    with pytest.raises(UserError, match=f"{sidecar} is not a readable hvdtrain sidecar"):
+        data.load(DataConfig(source="tfrecord", path=str(tmp_path / "s")), seed=0)
