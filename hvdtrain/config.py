@@ -6,13 +6,13 @@ Every field carries its help text in ``metadata["help"]``; ``describe()`` turns 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from hvdtrain import checks
 from hvdtrain.errors import UserError
 
 # The choices of each string key: the type documents them, and ``_check_choices`` enforces them.
@@ -66,16 +66,16 @@ class DataConfig:
         if self.source in ("npz", "tfrecord", "images") and not self.path:
             raise UserError(f"data.source={self.source} needs a file: pass "
                             f"--set data.path=PATH")
-        _in_range("data.eval_fraction", self.eval_fraction, 0.0, 1.0, open_low=True,
+        checks.in_range("data.eval_fraction", self.eval_fraction, 0.0, 1.0, open_low=True,
                   open_high=True)
-        _positive("data.num_samples", self.num_samples)
+        checks.positive("data.num_samples", self.num_samples)
         if not self.image_shape or any(d <= 0 for d in self.image_shape):
             raise UserError(f"data.image_shape must be positive sizes such as 28,28,1, "
                             f"got {self.image_shape}")
         if self.num_classes < 0 or self.num_classes == 1:
             raise UserError(f"data.num_classes must be >= 2 (or 0 to infer it), "
                             f"got {self.num_classes}")
-        _positive("data.shuffle_buffer", self.shuffle_buffer)
+        checks.positive("data.shuffle_buffer", self.shuffle_buffer)
         if self.source == "images" and (len(self.image_shape) != 3
                                         or self.image_shape[-1] not in (1, 3)):
             raise UserError(f"data.source=images needs data.image_shape=height,width,channels "
@@ -95,8 +95,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise UserError("model.name is empty: pass --set model.name=cnn (or another model)")
-        _positive("model.width", self.width)
-        _in_range("model.dropout", self.dropout, 0.0, 1.0, open_high=True)
+        checks.positive("model.width", self.width)
+        checks.in_range("model.dropout", self.dropout, 0.0, 1.0, open_high=True)
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,8 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         _check_choices(self, "optim")
-        _positive("optim.lr", self.lr)
-        _in_range("optim.momentum", self.momentum, 0.0, 1.0, open_high=True)
+        checks.positive("optim.lr", self.lr)
+        checks.in_range("optim.momentum", self.momentum, 0.0, 1.0, open_high=True)
         if self.warmup_epochs < 0:
             raise UserError(f"optim.warmup_epochs must be >= 0, got {self.warmup_epochs}")
 
@@ -138,8 +138,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check_choices(self, "train")
-        _positive("train.epochs", self.epochs)
-        _positive("train.batch_size", self.batch_size)
+        checks.positive("train.epochs", self.epochs)
+        checks.positive("train.batch_size", self.batch_size)
         if self.eval_every < 0:
             raise UserError(f"train.eval_every must be >= 0, got {self.eval_every}")
 
@@ -171,10 +171,10 @@ class RunConfig:
         for name in ("intra_op_threads", "inter_op_threads"):
             if getattr(self, name) < 0:
                 raise UserError(f"run.{name} must be >= 0, got {getattr(self, name)}")
-        _positive("run.keep_checkpoints", self.keep_checkpoints)
+        checks.positive("run.keep_checkpoints", self.keep_checkpoints)
         if self.progress_every_s < 0:
             raise UserError(f"run.progress_every_s must be >= 0, got {self.progress_every_s}")
-        _positive("run.stall_warning_s", self.stall_warning_s)
+        checks.positive("run.stall_warning_s", self.stall_warning_s)
         if self.stall_abort_s and self.stall_abort_s < self.stall_warning_s:
             raise UserError(f"run.stall_abort_s={self.stall_abort_s} must be 0 (never) or >= "
                             f"run.stall_warning_s={self.stall_warning_s}")
@@ -207,7 +207,7 @@ class HorovodConfig:
 
     def __post_init__(self) -> None:
         _check_choices(self, "horovod")
-        _positive("horovod.backward_passes_per_step", self.backward_passes_per_step)
+        checks.positive("horovod.backward_passes_per_step", self.backward_passes_per_step)
         if self.fusion_threshold_mb < 0 and self.fusion_threshold_mb != -1:
             raise UserError(f"horovod.fusion_threshold_mb must be >= 0 (or -1 for Horovod's "
                             f"default), got {self.fusion_threshold_mb}")
@@ -262,32 +262,7 @@ def _check_choices(section: Any, name: str) -> None:
     """Every key typed ``Literal[...]`` holds one of its choices."""
     for key, kind in typing.get_type_hints(type(section)).items():
         if typing.get_origin(kind) is Literal:
-            _one_of(f"{name}.{key}", getattr(section, key), typing.get_args(kind))
-
-
-def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise UserError(f"{key}={value!r} is not one of {', '.join(allowed)}"
-                        f"{_suggest(value, allowed)}")
-
-
-def _positive(key: str, value: float) -> None:
-    if not value > 0:
-        raise UserError(f"{key} must be > 0, got {value}: pass --set {key}=<a positive value>")
-
-
-def _in_range(key: str, value: float, low: float, high: float, *, open_low: bool = False,
-              open_high: bool = False) -> None:
-    above = value > low if open_low else value >= low
-    below = value < high if open_high else value <= high
-    if not (above and below):
-        lo, hi = ("(" if open_low else "["), (")" if open_high else "]")
-        raise UserError(f"{key} must be in {lo}{low}, {high}{hi}, got {value}")
-
-
-def _suggest(word: str, choices: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+            checks.one_of(f"{name}.{key}", getattr(section, key), typing.get_args(kind))
 
 
 # ---------------------------------------------------------------------------------------------

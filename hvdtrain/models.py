@@ -8,7 +8,8 @@ from typing import Callable
 
 import tensorflow as tf
 
-from hvdtrain.config import ModelConfig, OptimConfig, _suggest
+from hvdtrain.checks import suggest
+from hvdtrain.config import ModelConfig, OptimConfig
 from hvdtrain.errors import UserError
 
 layers = tf.keras.layers
@@ -122,7 +123,7 @@ def resolve(name: str) -> Builder:
     if name in REGISTRY:
         return REGISTRY[name]
     if ":" not in name:
-        raise UserError(f"unknown model {name!r}{_suggest(name, REGISTRY)}; registered models "
+        raise UserError(f"unknown model {name!r}{suggest(name, REGISTRY)}; registered models "
                         f"are {', '.join(REGISTRY)}, or give your own as package.module:function")
     module_name, _, attr = name.partition(":")
     try:

@@ -10,7 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from hvdtrain.config import SECTIONS, Config, _suggest
+from hvdtrain.checks import suggest
+from hvdtrain.config import SECTIONS, Config
 from hvdtrain.errors import UserError
 
 
@@ -80,14 +81,14 @@ def with_overrides(base: Config, overrides: Mapping[str, Mapping[str, Any]]) -> 
     for section, values in overrides.items():
         if section not in types:
             raise UserError(f"unknown config section {section!r}; sections are "
-                            f"{', '.join(types)}{_suggest(section, types)}")
+                            f"{', '.join(types)}{suggest(section, types)}")
         if not isinstance(values, Mapping):
             raise UserError(f"config section [{section}] must be a table of key = value")
         changes = {}
         for key, value in values.items():
             if key not in types[section]:
                 raise UserError(f"unknown config key {section}.{key}"
-                                f"{_suggest(f'{section}.{key}', all_keys())}; "
+                                f"{suggest(f'{section}.{key}', all_keys())}; "
                                 f"'hvdtrain train --help' lists them all")
             changes[key] = _coerce(f"{section}.{key}", value, types[section][key])
         sections[section] = dataclasses.replace(getattr(base, section), **changes)

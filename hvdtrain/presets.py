@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
-from hvdtrain.config import (Config, DataConfig, ModelConfig, OptimConfig, TrainConfig,
-                             _suggest)
+from hvdtrain.checks import suggest
+from hvdtrain.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
 from hvdtrain.overrides import load_toml, parse_assignments, with_overrides
 from hvdtrain.errors import UserError
 
@@ -58,7 +58,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
 
 def preset(name: str) -> Config:
     if name not in PRESETS:
-        raise UserError(f"unknown preset {name!r}{_suggest(name, PRESETS)}; presets are "
+        raise UserError(f"unknown preset {name!r}{suggest(name, PRESETS)}; presets are "
                         f"{', '.join(PRESETS)}")
     return PRESETS[name]()
 
