@@ -29,14 +29,15 @@ INTERFACE = "hvd0"            # the name of each host's link, the same in every 
 SSHD = "/usr/sbin/sshd"
 
 
-def unavailable_reason() -> str | None:
-    """Why this machine cannot host the cluster, or None when it can."""
+def unavailable_reason(ssh: bool = True) -> str | None:
+    """Why this machine cannot host the cluster (with SSH servers when ``ssh``), or None when
+    it can."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    for tool in ("ip", "ssh", "ssh-keygen"):
+    for tool in ("ip", *(("ssh", "ssh-keygen") if ssh else ())):
         if not shutil.which(tool):
             return f"'{tool}' is not installed"
-    if not os.access(SSHD, os.X_OK):
+    if ssh and not os.access(SSHD, os.X_OK):
         return f"{SSHD} is missing (apt-get install openssh-server; 'make test' does it as root)"
     probe = f"hvdtprobe{os.getpid()}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
@@ -70,8 +71,9 @@ def _sh(*argv: str) -> None:
 
 
 class NetnsCluster:
-    def __init__(self, hosts: int, workdir: Path):
+    def __init__(self, hosts: int, workdir: Path, *, ssh: bool = True):
         assert 2 <= hosts <= 9
+        self.ssh = ssh    # an SSH server on every host (what horovodrun and mpirun -H need)
         tag = str(os.getpid())   # in every name, so that remove_stale knows whose they are
         self.hosts = hosts
         self.workdir = Path(workdir)
@@ -89,7 +91,10 @@ class NetnsCluster:
     def __enter__(self) -> "NetnsCluster":
         try:
             self._make_network()
-            self._start_ssh_servers()
+            self.hosts_file.write_text("127.0.0.1 localhost\n" + "".join(
+                f"{address} {name}\n" for address, name in zip(self.addresses, self.names)))
+            if self.ssh:
+                self._start_ssh_servers()
         except BaseException:
             self.close()
             raise
@@ -124,8 +129,6 @@ class NetnsCluster:
                 self.names[host], str(self.hosts_file)]
 
     def _start_ssh_servers(self) -> None:
-        self.hosts_file.write_text("127.0.0.1 localhost\n" + "".join(
-            f"{address} {name}\n" for address, name in zip(self.addresses, self.names)))
         self.ssh_dir.mkdir(parents=True)
         self.bin_dir.mkdir(parents=True)
         Path("/run/sshd").mkdir(exist_ok=True)   # sshd's privilege-separation directory
