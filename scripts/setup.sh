@@ -41,6 +41,35 @@ if [ "${1:-}" = "--with-test-tools" ] && { ! command -v ip >/dev/null || [ ! -x 
         say "no root: the multi-host tests will skip (they need iproute2, openssh-server, root)"
     fi
 fi
+# 1c. `make test` only: the SLURM tests run a real SLURM cluster (Debian's SLURM 22.05 and munge)
+# on those namespaced hosts, with daemons and config of their own in the test's directory.
+missing_slurm() {  # the daemons live in /usr/sbin, which a non-root PATH may lack
+    local tool
+    for tool in munged slurmctld slurmd sbatch srun scancel scontrol sinfo; do
+        PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null || return 0
+    done
+    return 1
+}
+if [ "${1:-}" = "--with-test-tools" ] && missing_slurm; then
+    if [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null; then
+        say "installing slurmctld, slurmd, slurm-client and munge for the SLURM tests (apt)"
+        # The packages' scripts would start system-wide munged and slurm daemons; the tests start
+        # their own, so forbid starts during the install (the policy-rc.d that Docker images
+        # ship), unless the machine has its own policy.
+        made_policy=""
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            as_root sh -c 'printf "#!/bin/sh\nexit 101\n" >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d'
+            made_policy=1
+        fi
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            slurmctld slurmd slurm-client munge >/dev/null || install_failed=1
+        [ -z "$made_policy" ] || as_root rm -f /usr/sbin/policy-rc.d
+        [ -z "${install_failed:-}" ] || die "apt-get install of the SLURM packages failed"
+    else
+        say "no root: the SLURM tests will skip (they need slurmctld, slurmd, slurm-client, munge, root)"
+    fi
+fi
 
 # 2. The virtualenv, on the one Python hvdtrain is tested on: 3.11 (TensorFlow 2.15 stops at
 # 3.11; hvdtrain reads TOML with tomllib, new in 3.11).
