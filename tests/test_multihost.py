@@ -48,9 +48,10 @@ def run_on_cluster(cluster: NetnsCluster, tmp_path: Path, launcher_argv: list[st
     return json.loads((tmp_path / "multi" / "summary.json").read_text()), hosts
 
 
-def one_host_summary(launcher: str, ranks: int, tmp_path: Path) -> dict:
+def one_host_summary(launcher: str, ranks: int, tmp_path: Path,
+                     train_args: list[str] = TRAIN_ARGS) -> dict:
     run_dir = tmp_path / "single"
-    done = launch(launcher, ranks, hvdtrain("train", *TRAIN_ARGS, "--run-dir", str(run_dir)))
+    done = launch(launcher, ranks, hvdtrain("train", *train_args, "--run-dir", str(run_dir)))
     assert done.returncode == 0, done.output[-4000:]
     return json.loads((run_dir / "summary.json").read_text())
 

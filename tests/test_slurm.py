@@ -1,0 +1,246 @@
+"""SLURM for real: `sbatch run_scripts/slurm.sbatch` on a SLURM cluster of three namespaced hosts
+(slurm_cluster.py: munged, slurmctld, one slurmd per host), with the ranks started by srun
+(PMIx) and by mpirun inside the allocation, each compared with the same job on one host; then
+scancel, a rank killed on one node, and a requeued job, each resumed from its run directory.
+
+Every job is submitted from the checkout, as the README says, with its output file and run
+directory in the test's own directory. Skipped, with the reason, where the cluster cannot be
+made (not root, SLURM or munge not installed); under CI=true as root that is a failure instead.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, TESTS, launcher_env, skip_unless_optional
+from netns_cluster import remove_stale
+from slurm_cluster import SlurmCluster, unavailable_reason
+from test_multihost import TRAIN_ARGS, assert_same_training, one_host_summary
+
+pytestmark = pytest.mark.multirank
+
+ROOT = TESTS.parent
+SCRIPT = "run_scripts/slurm.sbatch"
+# test_multihost's job, longer (8 epochs of 30 steps, about 0.5 s each here), so that a cancel,
+# a kill or a requeue lands mid-training.
+ARGS = [*TRAIN_ARGS, "--epochs", "8", "--batch-size", "16"]
+NODES = ["--nodes=3", "--ntasks-per-node=1"]
+JOB_LIMIT_S = 240     # any job here: a hang fails the test (the job is cancelled) instead
+GONE_WITHIN_S = 15    # "within seconds": every rank on every node ended after scancel or a kill
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = unavailable_reason()
+    if reason:
+        skip_unless_optional(f"no SLURM cluster on this machine: {reason}")
+    remove_stale()
+    with SlurmCluster(hosts=3, workdir=tmp_path_factory.mktemp("slurm")) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def one_host(tmp_path_factory) -> dict:
+    """The same job as 3 ranks under mpirun on this machine: what every SLURM run must equal."""
+    return one_host_summary("mpi", 3, tmp_path_factory.mktemp("one_host"), ARGS)
+
+
+@dataclass
+class Job:
+    id: str
+    run_dir: Path
+    output_file: Path
+    report: Path
+
+    def output(self) -> str:
+        return self.output_file.read_text() if self.output_file.exists() else ""
+
+    def summary(self) -> dict:
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+    def hosts(self) -> dict[int, tuple[str, str]]:
+        """Where each rank ran, as it reported: rank -> (host name, address)."""
+        return {int(f.stem.removeprefix("rank")): tuple(f.read_text().split())
+                for f in self.report.glob("rank*.host")}
+
+    def epochs_logged(self) -> list[int]:
+        log = self.run_dir / "metrics.jsonl"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [json.loads(line)["epoch"] for line in lines if line.endswith("}")]
+
+
+def submit(cluster: SlurmCluster, tmp_path: Path, *, sbatch: list[str] = (),
+           script: list[str] | None = None, train: list[str] = ARGS, run_dir: str = "run",
+           env: dict[str, str] | None = None) -> Job:
+    """sbatch from the checkout (the README's way): the script with ``train`` and a run dir in
+    ``tmp_path``, or ``script`` instead (an --wrap command). Every rank reports its host."""
+    shim = tmp_path / "bin"   # `hvdtrain` here records the rank's host, then runs the real one
+    shim.mkdir(exist_ok=True)
+    (shim / "hvdtrain").write_text(
+        f'#!/bin/sh\nexec {TESTS / "report_host.sh"} {BIN / "hvdtrain"} "$@"\n')
+    (shim / "hvdtrain").chmod(0o755)
+    report = tmp_path / f"report-{run_dir}"
+    report.mkdir(exist_ok=True)
+    base = launcher_env()
+    base.pop("HVDTRAIN_HOME", None)   # the script must find the checkout from SLURM_SUBMIT_DIR
+    job_env = {**base, "PATH": f"{shim}:{base['PATH']}", "REPORT_DIR": str(report),
+               "REPORT_IFACE": cluster.interface, **(env or {})}
+    out = tmp_path / "job-%j.out"
+    command = script or [SCRIPT, *train, "--run-dir", str(tmp_path / run_dir)]
+    job_id = cluster.sbatch([f"--output={out}", *NODES, *sbatch, *command],
+                            env=job_env, cwd=ROOT)
+    return Job(job_id, tmp_path / run_dir, Path(str(out).replace("%j", job_id)), report)
+
+
+def finish(cluster: SlurmCluster, job: Job) -> dict[str, str]:
+    return cluster.wait(job.id, timeout=JOB_LIMIT_S)
+
+
+def wait_for_epochs(cluster: SlurmCluster, job: Job, epochs: int) -> None:
+    """Returns once rank 0 has logged ``epochs`` epochs; fails if the job ends or hangs first."""
+    deadline = time.monotonic() + JOB_LIMIT_S
+    while len(job.epochs_logged()) < epochs:
+        state = cluster.job(job.id)["JobState"]
+        assert state in {"PENDING", "RUNNING", "CONFIGURING"}, f"{state}:\n{job.output()}"
+        if time.monotonic() > deadline:
+            cluster.cancel(job.id)
+            pytest.fail(f"job {job.id}: {epochs} epochs not done in {JOB_LIMIT_S} s\n"
+                        f"{job.output()}")
+        time.sleep(0.1)
+
+
+def ranks_alive(cluster: SlurmCluster) -> list[tuple[str, int]]:
+    return cluster.processes("bin/hvdtrain train")
+
+
+def seconds_until_no_rank(cluster: SlurmCluster, since: float, limit: float = 60) -> float:
+    while ranks_alive(cluster) and time.monotonic() - since < limit:
+        time.sleep(0.1)
+    return time.monotonic() - since
+
+
+def rank_pid(cluster: SlurmCluster, rank: int) -> tuple[str, int]:
+    """(host, pid) of the hvdtrain task whose SLURM_PROCID is ``rank``."""
+    for host, pid in ranks_alive(cluster):
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if f"SLURM_PROCID={rank}".encode() in environ:
+            return host, pid
+    raise AssertionError(f"no hvdtrain task with SLURM_PROCID={rank}: {ranks_alive(cluster)}")
+
+
+def assert_ran_on_three_nodes(cluster: SlurmCluster, job: Job) -> None:
+    """Rank r ran on node r+1, at that namespace's address; and Horovod saw all three."""
+    assert job.hosts() == {r: (name, address) for r, (name, address)
+                           in enumerate(zip(cluster.names, cluster.addresses))}, job.output()
+    assert job.summary()["world_size"] == 3 and job.summary()["controller"] == "mpi"
+
+
+# ---------------------------------------------------------------------------------------------
+# Launching: srun (the script's default) and mpirun inside the allocation.
+
+def test_sbatch_srun_on_three_nodes_equals_one_host(cluster, one_host, tmp_path):
+    job = submit(cluster, tmp_path)
+    state = finish(cluster, job)
+    assert state["JobState"] == "COMPLETED", job.output()
+    assert "3 tasks on 3 nodes (host[1-3]) via srun" in job.output()
+    assert_ran_on_three_nodes(cluster, job)
+    assert_same_training(job.summary(), one_host)
+
+
+def test_sbatch_mpirun_inside_the_allocation_equals_one_host(cluster, one_host, tmp_path):
+    job = submit(cluster, tmp_path, env={"LAUNCHER": "mpirun"})
+    state = finish(cluster, job)
+    assert state["JobState"] == "COMPLETED", job.output()
+    assert "3 tasks on 3 nodes (host[1-3]) via mpirun" in job.output()
+    assert_ran_on_three_nodes(cluster, job)
+    assert_same_training(job.summary(), one_host)
+
+
+def test_srun_pmi2_cannot_start_debian_open_mpi(cluster, tmp_path):
+    """Why the script's default is --mpi=pmix: Debian's Open MPI 4.1 has PMIx (its ext3x
+    component) but no PMI-2 client, so srun --mpi=pmi2 tasks die in MPI_Init."""
+    job = submit(cluster, tmp_path, env={"SRUN_MPI": "pmi2"})
+    state = finish(cluster, job)
+    assert state["JobState"] == "FAILED", job.output()
+    assert "OMPI was not built with SLURM's PMI support" in job.output()
+    assert not job.run_dir.exists()   # no rank got past hvd.init()
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures: scancel, a rank killed on one node, a requeued job.
+
+def test_scancel_ends_every_rank_and_the_same_command_resumes(cluster, one_host, tmp_path):
+    # The pattern users should copy: a fixed --run-dir and --resume on every submission.
+    first = submit(cluster, tmp_path, train=[*ARGS, "--resume"])
+    wait_for_epochs(cluster, first, 2)
+    assert len(ranks_alive(cluster)) == 3
+    cancelled_at = time.monotonic()
+    cluster.cancel(first.id)
+    seconds = seconds_until_no_rank(cluster, cancelled_at)
+    assert not ranks_alive(cluster) and seconds < GONE_WITHIN_S, (seconds, ranks_alive(cluster))
+    assert finish(cluster, first)["JobState"] == "CANCELLED"
+    logged = first.epochs_logged()
+    assert 2 <= len(logged) < 8, logged   # it was cancelled mid-training
+    assert not (first.run_dir / "summary.json").exists()
+
+    again = submit(cluster, tmp_path, train=[*ARGS, "--resume"])
+    assert again.id != first.id
+    assert finish(cluster, again)["JobState"] == "COMPLETED", again.output()
+    done = int(re.search(r"resuming \S+ after epoch (\d+)", again.output()).group(1))
+    assert done >= 2 and again.summary()["resumed_from_epoch"] == done
+    assert set(again.epochs_logged()) == set(range(1, 9))
+    assert_ran_on_three_nodes(cluster, again)
+    assert_same_training(again.summary(), one_host)   # cancelled + resumed == straight
+
+
+def test_killed_rank_ends_the_step_within_seconds_naming_it(cluster, tmp_path):
+    job = submit(cluster, tmp_path)
+    wait_for_epochs(cluster, job, 1)
+    host, pid = rank_pid(cluster, 1)
+    assert host == cluster.names[1]
+    killed_at = time.monotonic()
+    cluster.kill(pid)
+    seconds = seconds_until_no_rank(cluster, killed_at)
+    assert not ranks_alive(cluster) and seconds < GONE_WITHIN_S, (seconds, ranks_alive(cluster))
+    assert finish(cluster, job)["JobState"] == "FAILED"
+    assert "srun: error: host2: task 1: Killed" in job.output(), job.output()
+    assert not (job.run_dir / "summary.json").exists()
+
+
+def test_control_without_kill_on_bad_exit_the_other_ranks_hang(cluster, tmp_path):
+    """The control for the test above: the script's srun line without --kill-on-bad-exit
+    leaves the two other ranks waiting in an all-reduce after rank 1 is killed."""
+    train = " ".join(["hvdtrain", "train", *ARGS, "--run-dir", str(tmp_path / "run")])
+    job = submit(cluster, tmp_path, script=[f"--wrap=srun --mpi=pmix {train}"])
+    try:
+        wait_for_epochs(cluster, job, 1)
+        cluster.kill(rank_pid(cluster, 1)[1])
+        time.sleep(GONE_WITHIN_S)
+        left = sorted(host for host, _ in ranks_alive(cluster))
+        assert left == [cluster.names[0], cluster.names[2]], job.output()
+    finally:
+        cluster.cancel(job.id)
+    assert finish(cluster, job)["JobState"] == "CANCELLED"
+
+
+def test_requeued_job_resumes_by_itself(cluster, one_host, tmp_path):
+    job = submit(cluster, tmp_path, sbatch=["--requeue"], train=[*ARGS, "--resume"])
+    wait_for_epochs(cluster, job, 2)
+    cluster.run(["scontrol", "requeue", job.id], env=cluster.env(launcher_env()), timeout=15)
+    pending = cluster.wait(job.id, timeout=60, states={"PENDING"})
+    assert pending["Restarts"] == "1"
+    # SLURM holds a requeued job back for about two minutes (Reason=BeginTime); a real
+    # cluster waits, the test lets it start now.
+    cluster.run(["scontrol", "update", f"JobId={job.id}", "StartTime=now"],
+                env=cluster.env(launcher_env()), timeout=15)
+    state = finish(cluster, job)
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", job.output()
+    done = int(re.search(r"resuming \S+ after epoch (\d+)", job.output()).group(1))
+    assert done >= 2 and job.summary()["resumed_from_epoch"] == done
+    assert_ran_on_three_nodes(cluster, job)
+    assert_same_training(job.summary(), one_host)
