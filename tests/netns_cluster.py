@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import textwrap
 import time
@@ -49,12 +50,16 @@ def unavailable_reason(ssh: bool = True) -> str | None:
 
 def _delete_namespace(ns: str) -> None:
     """Kills whatever runs in ``ns`` (sshd, stray ranks), then deletes it and its links."""
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    for pid in pids.stdout.split():
-        try:
-            os.kill(int(pid), 9)
-        except (ProcessLookupError, ValueError):
-            pass
+    for _ in range(20):   # again while a dying daemon's children still show up
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        if not pids.stdout.split():
+            break
+        for pid in pids.stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        time.sleep(0.05)
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
@@ -184,11 +189,17 @@ class NetnsCluster:
     def run(self, argv: list[str], *, host: int = 0, env: dict[str, str] | None = None,
             timeout: float = 300, check: bool = True, cwd: Path | None = None,
             ) -> subprocess.CompletedProcess:
-        """Runs ``argv`` on host ``host`` (by default the first: where launchers start)."""
-        proc = subprocess.run([*self._inside(host), *argv],
-                              env=env, cwd=cwd, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        """Runs ``argv`` on host ``host`` (by default the first: where launchers start), in a
+        session of its own: at ``timeout`` the command and everything it started are killed."""
+        with subprocess.Popen([*self._inside(host), *argv], env=env, cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              stdin=subprocess.DEVNULL, start_new_session=True) as running:
+            try:
+                output, _ = running.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(running.pid, signal.SIGKILL)  # the command and all it started
+                raise
+        proc = subprocess.CompletedProcess(running.args, running.returncode, output)
         if check and proc.returncode != 0:
             raise RuntimeError(f"{argv} failed ({proc.returncode}):\n{proc.stdout}")
         return proc

@@ -126,14 +126,19 @@ class SlurmCluster(NetnsCluster):
         self.run(["slurmctld", "-f", str(self.conf)], env=env, timeout=30)
         for host in range(self.hosts):
             self.run(["slurmd", "-f", str(self.conf)], host=host, env=env, timeout=30)
-        deadline = time.monotonic() + 30
+        self.wait_idle(timeout=30)
+
+    def wait_idle(self, *, timeout: float) -> None:
+        """Returns once every node is idle: up, and done with every job."""
+        deadline = time.monotonic() + timeout
         while True:
-            nodes = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=env, check=False,
-                             timeout=15).stdout
+            nodes = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env(dict(os.environ)),
+                             check=False, timeout=15).stdout
             if sorted(nodes.split()) == sorted([*self.names, *["idle"] * self.hosts]):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"SLURM nodes not idle after 30 s: {nodes}\n{self.logs()}")
+                raise RuntimeError(f"SLURM nodes not idle after {timeout} s: {nodes}\n"
+                                   f"{self.logs()}")
             time.sleep(0.3)
 
     def logs(self, tail: int = 3000) -> str:
@@ -148,10 +153,12 @@ class SlurmCluster(NetnsCluster):
                         timeout=30)
         return done.stdout.strip().split(";")[0]
 
+    def scontrol(self, *args: str) -> str:
+        return self.run(["scontrol", *args], env=self.env(dict(os.environ)), timeout=15).stdout
+
     def job(self, job_id: str) -> dict[str, str]:
         """scontrol's fields of the job (JobState, ExitCode, Restarts, NodeList, ...)."""
-        shown = self.run(["scontrol", "-o", "show", "job", job_id],
-                         env=self.env(dict(os.environ)), timeout=15).stdout
+        shown = self.scontrol("-o", "show", "job", job_id)
         return dict(field.split("=", 1) for field in shown.split() if "=" in field)
 
     def wait(self, job_id: str, *, timeout: float, states: set[str] = ENDED) -> dict[str, str]:
