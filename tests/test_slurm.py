@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,9 +172,17 @@ def test_sbatch_mpirun_inside_the_allocation_equals_one_host(cluster, one_host, 
     assert_same_training(job.summary(), one_host)
 
 
-def test_srun_pmi2_cannot_start_debian_open_mpi(cluster, tmp_path):
-    """Why the script's default is --mpi=pmix: Debian's Open MPI 4.1 has PMIx (its ext3x
-    component) but no PMI-2 client, so srun --mpi=pmi2 tasks die in MPI_Init."""
+def test_pmix_is_the_one_pmi_that_slurm_and_open_mpi_share(cluster, tmp_path):
+    """Why the script's default is --mpi=pmix: SLURM offers pmi2 and pmix, but Debian's Open
+    MPI 4.1 has only a PMIx client (its ext3x component, on the same libpmix 4 that SLURM's
+    pmix_v4 plugin loads) and no PMI-1/PMI-2 client (components s1, s2): with --mpi=pmi2 every
+    task dies in MPI_Init. The job with pmix is the test above."""
+    offered = cluster.run(["srun", "--mpi=list"], env=cluster.env(launcher_env())).stdout
+    assert {"pmi2", "pmix", "pmix_v4"} <= set(re.findall(r"\w+", offered)), offered
+    ompi = subprocess.run(["ompi_info", "--parsable"], capture_output=True, text=True, timeout=60)
+    clients = set(re.findall(r"^mca:pmix:(\w+):", ompi.stdout, flags=re.M))
+    assert "ext3x" in clients and not clients & {"s1", "s2"}, clients
+
     job = submit(cluster, tmp_path, env={"SRUN_MPI": "pmi2"})
     state = finish(cluster, job)
     assert state["JobState"] == "FAILED", job.output()
