@@ -4,8 +4,9 @@
 scancel, a rank killed on one node, and a requeued job, each resumed from its run directory.
 
 Every job is submitted from the checkout, as the README says, with its output file and run
-directory in the test's own directory. Skipped, with the reason, where the cluster cannot be
-made (not root, SLURM or munge not installed); under CI=true as root that is a failure instead.
+directory in the test's own directory. One cluster serves every test of the file. Skipped, with
+the reason, where the cluster cannot be made (not root, SLURM or munge not installed); under CI
+as root that is a failure instead (conftest.skip_unless_optional).
 """
 from __future__ import annotations
 
@@ -33,11 +34,11 @@ SCRIPT = "run_scripts/slurm.sbatch"
 # which tensors share a buffer is a matter of timing, and it changes MPI's summation order) and
 # every rank on one TensorFlow thread (a rank alone on its node would otherwise take both cores
 # and split its sums differently from the one-host ranks).
-ARGS = [*TRAIN_ARGS, "--epochs", "20", "--batch-size", "16",
+EPOCHS = 20
+ARGS = [*TRAIN_ARGS, "--epochs", str(EPOCHS), "--batch-size", "16",
         "--set", "horovod.fusion_threshold_mb=0",
         "--set", "run.intra_op_threads=1", "--set", "run.inter_op_threads=1"]
-EPOCHS = 20
-# 3 nodes x 1 task, and SLURM's own time limit on every job (minutes), under the test's limit.
+# 3 nodes x 1 task; SLURM's own time limit (minutes) backs up the test's on every job.
 NODES = ["--nodes=3", "--ntasks-per-node=1", "--time=5"]
 JOB_LIMIT_S = 240     # any job here: a hang fails the test (the job is cancelled) instead
 GONE_WITHIN_S = 5     # "within seconds": every rank on every node ended after scancel or a kill
@@ -193,6 +194,7 @@ def test_pmix_is_the_one_pmi_that_slurm_and_open_mpi_share(cluster, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Failures: scancel, a rank killed on one node, a requeued job.
 
+@pytest.mark.fault
 def test_scancel_ends_every_rank_and_the_same_command_resumes(cluster, one_host, tmp_path):
     # The pattern users should copy: a fixed --run-dir and --resume on every submission.
     first = submit(cluster, tmp_path, train=[*ARGS, "--resume"])
@@ -218,6 +220,7 @@ def test_scancel_ends_every_rank_and_the_same_command_resumes(cluster, one_host,
     assert_same_training(again.summary(), one_host)   # cancelled + resumed == straight
 
 
+@pytest.mark.fault
 def test_killed_rank_ends_the_step_within_seconds_naming_it(cluster, tmp_path):
     job = submit(cluster, tmp_path)
     wait_for_epochs(cluster, job, 1)
@@ -249,6 +252,7 @@ def test_control_without_kill_on_bad_exit_the_other_ranks_hang(cluster, tmp_path
     assert finish(cluster, job)["JobState"] == "CANCELLED"
 
 
+@pytest.mark.fault
 def test_requeued_job_resumes_by_itself(cluster, one_host, tmp_path):
     job = submit(cluster, tmp_path, sbatch=["--requeue"], train=[*ARGS, "--resume"])
     wait_for_epochs(cluster, job, 2)
