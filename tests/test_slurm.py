@@ -78,6 +78,11 @@ class Job:
         return {int(f.stem.removeprefix("rank")): tuple(f.read_text().split())
                 for f in self.report.glob("rank*.host")}
 
+    def checkpointed(self) -> list[int]:
+        """The epochs of the complete checkpoints (renamed from .epoch-NNNN.tmp-PID when done)."""
+        return [int(d.name.removeprefix("epoch-"))
+                for d in (self.run_dir / "checkpoints").glob("epoch-[0-9]*")]
+
     def epochs_logged(self) -> list[int]:
         log = self.run_dir / "metrics.jsonl"
         lines = log.read_text().splitlines() if log.exists() else []
@@ -111,15 +116,16 @@ def finish(cluster: SlurmCluster, job: Job) -> dict[str, str]:
     return cluster.wait(job.id, timeout=JOB_LIMIT_S)
 
 
-def wait_for_epochs(cluster: SlurmCluster, job: Job, epochs: int) -> None:
-    """Returns once rank 0 has logged ``epochs`` epochs; fails if the job ends or hangs first."""
+def wait_for_checkpoint(cluster: SlurmCluster, job: Job, epoch: int) -> None:
+    """Returns once a complete checkpoint of ``epoch`` or later exists (metrics.jsonl is
+    written before it); fails if the job ends or hangs first."""
     deadline = time.monotonic() + JOB_LIMIT_S
-    while len(job.epochs_logged()) < epochs:
+    while max(job.checkpointed(), default=0) < epoch:
         state = cluster.job(job.id)["JobState"]
         assert state in {"PENDING", "RUNNING", "CONFIGURING"}, f"{state}:\n{job.output()}"
         if time.monotonic() > deadline:
             cluster.cancel(job.id)
-            pytest.fail(f"job {job.id}: {epochs} epochs not done in {JOB_LIMIT_S} s\n"
+            pytest.fail(f"job {job.id}: no checkpoint of epoch {epoch} or later in {JOB_LIMIT_S} s\n"
                         f"{job.output()}")
         time.sleep(0.1)
 
@@ -198,7 +204,7 @@ def test_pmix_is_the_one_pmi_that_slurm_and_open_mpi_share(cluster, tmp_path):
 def test_scancel_ends_every_rank_and_the_same_command_resumes(cluster, one_host, tmp_path):
     # The pattern users should copy: a fixed --run-dir and --resume on every submission.
     first = submit(cluster, tmp_path, train=[*ARGS, "--resume"])
-    wait_for_epochs(cluster, first, 2)
+    wait_for_checkpoint(cluster, first, 2)
     assert len(ranks_alive(cluster)) == 3
     cancelled_at = time.monotonic()
     cluster.cancel(first.id)
@@ -223,7 +229,7 @@ def test_scancel_ends_every_rank_and_the_same_command_resumes(cluster, one_host,
 @pytest.mark.fault
 def test_killed_rank_ends_the_step_within_seconds_naming_it(cluster, tmp_path):
     job = submit(cluster, tmp_path)
-    wait_for_epochs(cluster, job, 1)
+    wait_for_checkpoint(cluster, job, 1)
     host, pid = rank_pid(cluster, 1)
     assert host == cluster.names[1]
     killed_at = time.monotonic()
@@ -242,7 +248,7 @@ def test_control_without_kill_on_bad_exit_the_other_ranks_hang(cluster, tmp_path
     train = " ".join(["hvdtrain", "train", *ARGS, "--run-dir", str(tmp_path / "run")])
     job = submit(cluster, tmp_path, script=[f"--wrap=srun --mpi=pmix {train}"])
     try:
-        wait_for_epochs(cluster, job, 1)
+        wait_for_checkpoint(cluster, job, 1)
         cluster.kill(rank_pid(cluster, 1)[1])
         time.sleep(GONE_WITHIN_S)
         left = sorted(host for host, _ in ranks_alive(cluster))
@@ -255,7 +261,7 @@ def test_control_without_kill_on_bad_exit_the_other_ranks_hang(cluster, tmp_path
 @pytest.mark.fault
 def test_requeued_job_resumes_by_itself(cluster, one_host, tmp_path):
     job = submit(cluster, tmp_path, sbatch=["--requeue"], train=[*ARGS, "--resume"])
-    wait_for_epochs(cluster, job, 2)
+    wait_for_checkpoint(cluster, job, 2)
     requeued_at = time.monotonic()
     cluster.scontrol("requeue", job.id)
     pending = cluster.wait(job.id, timeout=60, states={"PENDING"})
