@@ -96,10 +96,11 @@ PYEOF
 }
 
 # 3. The pinned Python stack. TF 2.15 is the last TF whose tf.keras is Keras 2, and it needs numpy<2.
+# pytest-timeout: the suite's hard limit per test (pyproject.toml), so that a hang fails a test.
 if ! has_version tensorflow-cpu 2.15.1 || ! has_version mpi4py 4 || ! has_version scikit-learn "" \
-   || ! has_version pytest "" || ! has_version matplotlib ""; then
-    say "installing $TF_PIN, numpy<2, mpi4py, scikit-learn, pytest, matplotlib (pip)"
-    "${PIP[@]}" install "$TF_PIN" "numpy<2" "mpi4py>=4,<5" scikit-learn pytest matplotlib wheel "setuptools>=64"
+   || ! has_version pytest "" || ! has_version pytest-timeout 2 || ! has_version matplotlib ""; then
+    say "installing $TF_PIN, numpy<2, mpi4py, scikit-learn, pytest, pytest-timeout, matplotlib (pip)"
+    "${PIP[@]}" install "$TF_PIN" "numpy<2" "mpi4py>=4,<5" scikit-learn pytest "pytest-timeout>=2,<3" matplotlib wheel "setuptools>=64"
 fi
 
 # 4. Horovod, built from source against that TensorFlow, with both MPI and Gloo controllers.
