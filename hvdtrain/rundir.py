@@ -1,7 +1,8 @@
 """The run directory's policy: where a run lives, when it may be opened, and what rank 0 writes
 at the end besides the checkpoints (``checkpoints.py``): the exported model.
 
-    RUN_DIR/config.json     the config the run started with
+    RUN_DIR/config.json     the config the run started with (never rewritten)
+    RUN_DIR/config.resume-NNNN.json   the config of a --resume after epoch NNNN
     RUN_DIR/classes.json    the class names, in class-id order (for ``hvdtrain predict``)
     RUN_DIR/checkpoints/    one checkpoint per epoch (checkpoints.py)
     RUN_DIR/metrics.jsonl   one line per epoch (callbacks.MetricsLog)
@@ -33,6 +34,13 @@ def default_run_dir(config: Config) -> str:
 
 
 CLASSES_FILE = "classes.json"
+CONFIG_FILE = "config.json"
+
+
+def resume_config_file(epochs_done: int) -> str:
+    """Where a --resume after ``epochs_done`` epochs records its config: config.json keeps the
+    config the run started with, so a resume with changed settings does not erase it."""
+    return f"config.resume-{epochs_done:04d}.json"
 
 
 def save_class_names(folder: Path, class_names: Sequence[str]) -> None:
@@ -43,8 +51,8 @@ def open_run_dir(run_dir: Path, checkpoint: tf.train.Checkpoint, config: Config,
                  resume: bool, say: Callable[[str], None],
                  class_names: Sequence[str] = ()) -> tuple[int, dict]:
     """Refuses to overwrite an earlier run, restores the latest checkpoint when resuming, and
-    writes the config and the class names. Returns (epochs already done, their last
-    metrics)."""
+    writes the config (a resume's beside the first) and the class names. Returns (epochs
+    already done, their last metrics)."""
     found = checkpoints.latest(run_dir)
     if found and not resume:
         raise UserError(f"{run_dir} already holds a run (checkpoint after epoch {found[0]}): "
@@ -65,7 +73,10 @@ def open_run_dir(run_dir: Path, checkpoint: tf.train.Checkpoint, config: Config,
         say(f"resuming {run_dir} after epoch {start_epoch} from {found[1].name}")
     elif resume:
         say(f"no checkpoint in {run_dir} yet: starting at epoch 1")
-    checkpoints.write_json_atomic(run_dir / "config.json", to_dict(config))
+    config_file = run_dir / CONFIG_FILE
+    if resume and config_file.exists():
+        config_file = run_dir / resume_config_file(start_epoch)
+    checkpoints.write_json_atomic(config_file, to_dict(config))
     if class_names:
         save_class_names(run_dir, class_names)
     return start_epoch, restored
