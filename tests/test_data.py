@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import RECORD_SHAPE, write_records, write_shards
 from hvdtrain import data, records, sharding
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
@@ -214,35 +214,7 @@ def test_npz_given_a_plain_npy_file_is_a_user_error(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # tfrecord
 
-SHAPE = (4, 4, 1)
-
-
-def _example(pixel: int, label: int, shape=SHAPE) -> bytes:
-    image = np.full(shape, pixel, np.uint8)
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-    })).SerializeToString()
-
-
-def write_records(path: Path, pixels, labels=None, shape=SHAPE) -> Path:
-    """One record per pixel value (the image is filled with it, so it tells records apart)."""
-    pixels = list(pixels)
-    labels = [p % 3 for p in pixels] if labels is None else labels
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for pixel, label in zip(pixels, labels):
-            writer.write(_example(pixel, label, shape))
-    return path
-
-
-def write_shards(folder: Path, counts, prefix="part") -> list[Path]:
-    """Files with ``counts`` records; record pixels are global indices 0, 1, 2, ..."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths, start = [], 0
-    for i, n in enumerate(counts):
-        paths.append(write_records(folder / f"{prefix}-{i:02d}.tfrecord", range(start, start + n)))
-        start += n
-    return paths
+SHAPE = RECORD_SHAPE
 
 
 def _tfr_cfg(path, eval_path, **kw) -> DataConfig:

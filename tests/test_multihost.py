@@ -2,7 +2,8 @@
 own address, host name and SSH server, launched by horovodrun -H (Gloo) and by mpirun with a
 hostfile through run_scripts/mpirun_hostfile.sh (MPI), and compared with the same job on one host.
 
-Skipped, with the reason, where namespaces cannot be made (not root, no iproute2 or sshd).
+Skipped, with the reason, where namespaces cannot be made (not root, no iproute2 or sshd); under
+CI as root that is a failure instead (conftest.skip_unless_optional).
 """
 from __future__ import annotations
 
@@ -11,24 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, TESTS, hvdtrain, launch, launcher_env
+from conftest import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, TESTS, assert_same_training,
+                      hvdtrain, launcher_env, one_host_summary, skip_unless_optional)
 from netns_cluster import NetnsCluster, remove_stale, unavailable_reason
 
-pytestmark = pytest.mark.multirank
+# The cluster is made by the first test (about 20 s); each job runs to 400 s at most.
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
 ROOT = TESTS.parent
-# Small and deterministic: the multi-host result must equal the one-host result.
-TRAIN_ARGS = ["--preset", "digits-mlp", "--epochs", "3",
-              "--set", "run.export=false", "--set", "run.tensorboard=false"]
-COMPARED = ["final_train_loss", "final_train_accuracy", "final_eval_loss",
-            "final_eval_accuracy", "eval_samples", "steps_per_epoch", "world_size"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     reason = unavailable_reason()
     if reason:
-        pytest.skip(f"no multi-host cluster on this machine: {reason}")
+        skip_unless_optional(f"no multi-host cluster on this machine: {reason}")
     remove_stale()
     with NetnsCluster(hosts=3, workdir=tmp_path_factory.mktemp("cluster")) as made:
         yield made
@@ -46,19 +44,6 @@ def run_on_cluster(cluster: NetnsCluster, tmp_path: Path, launcher_argv: list[st
     hosts = {int(f.stem.removeprefix("rank")): tuple(f.read_text().split())
              for f in report.glob("rank*.host")}
     return json.loads((tmp_path / "multi" / "summary.json").read_text()), hosts
-
-
-def one_host_summary(launcher: str, ranks: int, tmp_path: Path,
-                     train_args: list[str] = TRAIN_ARGS) -> dict:
-    run_dir = tmp_path / "single"
-    done = launch(launcher, ranks, hvdtrain("train", *train_args, "--run-dir", str(run_dir)))
-    assert done.returncode == 0, done.output[-4000:]
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-def assert_same_training(multi: dict, single: dict) -> None:
-    for key in COMPARED:
-        assert multi[key] == pytest.approx(single[key], rel=1e-6, abs=1e-9), key
 
 
 def test_horovodrun_gloo_across_three_hosts_equals_one_host(cluster, tmp_path):

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, TESTS, launcher_env, skip_unless_optional
+from conftest import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, TESTS, assert_same_training,
+                      launcher_env, one_host_summary, skip_unless_optional)
 from netns_cluster import remove_stale
 from slurm_cluster import SlurmCluster, unavailable_reason
-from test_multihost import TRAIN_ARGS, assert_same_training, one_host_summary
 
-pytestmark = pytest.mark.multirank
+# A test here waits for up to three jobs of JOB_LIMIT_S each (below).
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
 
 ROOT = TESTS.parent
 SCRIPT = "run_scripts/slurm.sbatch"
