@@ -1,10 +1,11 @@
-"""Launched by test_multirank.py under horovodrun or mpirun (or alone): trains through the
+"""Launched by the multi-rank tests under horovodrun or mpirun (or alone): trains through the
 library API and saves what EVERY rank ends with, which the product itself never does (only
 rank 0 writes)."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +22,13 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
-    from hvdtrain import data, dist, models, presets, trainer
+    from hvdtrain import data, dist, models, presets, rank_env, trainer
     cfg = presets.build_config(args.preset, None, args.assignments)
     world = dist.init(device=cfg.run.device, options=cfg.horovod)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # hvdtrain's launch-default variables as hvd.init() found them in this rank's environment.
+    (args.out / f"rank{world.rank}.env.json").write_text(json.dumps(
+        {name: os.environ.get(name) for name in rank_env.RANK_ENV_DEFAULTS}))
 
     if args.perturb_nonroot and world.rank != 0:
         original_build = models.build
@@ -37,7 +42,6 @@ def main() -> None:
 
     job = trainer.Trainer(cfg, world, resume=args.resume)
     summary = job.train()
-    args.out.mkdir(parents=True, exist_ok=True)
     np.savez(args.out / f"rank{world.rank}.npz", *[w.numpy() for w in job.model.weights])
     if world.is_chief:
         # The eval accuracy recomputed here, by one process over the WHOLE eval set.

@@ -1,7 +1,6 @@
 """Real multi-rank runs: 2 ranks under horovodrun --gloo and under mpirun, on CPU."""
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -9,24 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import hvdtrain, launch, worker
+from conftest import (EXACT, assert_ok, assert_stopped_with_one_line, exported_model,
+                      hvdtrain, largest_difference, launch, snapshot, weights, worker,
+                      write_records)
 
 pytestmark = pytest.mark.multirank
 
-# A small, fast, deterministic job for the numerical checks.
-EXACT = ["--set", "data.num_samples=333", "--set", "run.tensorboard=false",
-         "--set", "run.export=false"]
 
-
-def weights(path: Path) -> list[np.ndarray]:
-    with np.load(path) as f:
-        return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
-
-
-def assert_ok(job, what: str) -> None:
-    assert job.returncode == 0, f"{what} failed ({job.returncode}):\n{job.output[-4000:]}"
-
-
+@pytest.mark.smoke
 def test_weights_identical_on_every_rank_and_eval_is_exact(launcher, tmp_path):
     # Rank 1 starts from different weights: only the broadcast from rank 0 makes them agree.
     job = launch(launcher, 2, worker(tmp_path / "out", "--perturb-nonroot", *EXACT,
@@ -48,6 +37,12 @@ def test_weights_identical_on_every_rank_and_eval_is_exact(launcher, tmp_path):
         summary["whole_eval_set_accuracy"], abs=1e-9)
     assert summary["final_train_loss"] < np.log(10)  # below a uniform guess over 10 classes
 
+    # hvdtrain's launch defaults were in every rank's environment when hvd.init() read it
+    # (nothing in the test's environment sets them).
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"out/rank{rank}.env.json").read_text())
+        assert seen == {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "0.2"}, rank
+
 
 def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, tmp_path):
     plain_sgd = [*EXACT, "--set", "data.shuffle=false", "--set", "optim.momentum=0",
@@ -67,13 +62,18 @@ def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, tmp_path)
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     # The check is sharp: one rank at batch 16 (half the global batch) ends elsewhere.
     half_batch = run(1, "single", 16, "half")
-    assert max(np.abs(a - b).max() for a, b in zip(half_batch, one_rank)) > 1e-3
+    assert largest_difference(half_batch, one_rank) > 1e-3
+
+
+# Rank r's lines as the launcher tags them (mpirun with --tag-output): [r]<stdout>: under
+# horovodrun, [1,r]<stdout>: under mpirun (1: the job's number).
+STDOUT_TAG = {"gloo": "[{rank}]<stdout>:", "mpi": "[1,{rank}]<stdout>:"}
 
 
 def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     run_dir = tmp_path / "digits"
     job = launch(launcher, 2, hvdtrain("train", "--preset", "digits", "--epochs", "5",
-                                       "--run-dir", str(run_dir)))
+                                       "--run-dir", str(run_dir)), tag_output=True)
     assert_ok(job, "hvdtrain train")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["epochs"] == 5
@@ -82,10 +82,17 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert summary["final_train_loss"] < 0.5
     assert summary["train_samples_per_sec"] > 0 and summary["wall_seconds"] > 0
 
-    # Rank 0 alone prints: one progress line per epoch, not one per rank.
+    # Rank 0 alone prints: one progress line per epoch, not one per rank; every line is tagged
+    # with its rank (the control: rank 0's lines carry rank 0's tag), none with rank 1's.
     progress = re.findall(r"epoch +(\d+)/5 +loss", job.output)
     assert progress == ["1", "2", "3", "4", "5"], job.output
-    assert "[1]<stdout>" not in job.output
+    rank0, rank1 = (STDOUT_TAG[launcher].format(rank=r) for r in (0, 1))
+    assert all(line.startswith(rank0) for line in job.output.splitlines()
+               if re.search(r"epoch +\d+/5 +loss", line)), job.output
+    assert rank1 not in job.output, job.output
+    # The launch defaults (0.2 ms cycle) in rank 0's banner: nothing else set them.
+    assert f"{rank0}  horovod fusion 128 MB, cycle 0.2 ms, autotune off, timeline off" \
+        in job.output.splitlines(), job.output
 
     # Rank 0 alone writes, and writes everything.
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -97,43 +104,56 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["train"]["epochs"] == 5
 
     # The exported model is the trained one: it scores the reported accuracy on its own.
-    import tensorflow as tf
     from hvdtrain import data, presets
-    model = tf.keras.models.load_model(str(run_dir / "model"))
+    model = exported_model(run_dir)
     evaluation = data.load(presets.digits().data, seed=42).eval
     predicted = np.argmax(model.predict(evaluation.x, verbose=0), axis=1)
     assert np.mean(predicted == evaluation.y) == pytest.approx(summary["final_eval_accuracy"])
 
-    # `hvdtrain eval` scores the latest checkpoint (epoch 5, the final weights) the same way.
-    scored = launch(launcher, 2, hvdtrain("eval", "--run-dir", str(run_dir)))
-    assert_ok(scored, "hvdtrain eval")
-    lines = [line for line in scored.output.splitlines() if '"eval_accuracy"' in line]
-    assert len(lines) == 1, scored.output  # rank 0 alone
-    result = json.loads(lines[0][lines[0].index("{"):])
-    assert result["epoch"] == 5 and result["eval_samples"] == 360
-    assert result["eval_accuracy"] == pytest.approx(summary["final_eval_accuracy"])
+    # `hvdtrain eval` scores the latest checkpoint (epoch 5, the final weights) the same way,
+    # on the ranks training had and on another number of ranks (one process).
+    for eval_launcher, ranks in ((launcher, 2), ("single", 1)):
+        scored = launch(eval_launcher, ranks, hvdtrain("eval", "--run-dir", str(run_dir)))
+        assert_ok(scored, f"hvdtrain eval on {ranks} ranks")
+        lines = [line for line in scored.output.splitlines() if '"eval_accuracy"' in line]
+        assert len(lines) == 1, scored.output  # rank 0 alone
+        result = json.loads(lines[0][lines[0].index("{"):])
+        assert result["epoch"] == 5 and result["eval_samples"] == 360
+        assert result["eval_accuracy"] == pytest.approx(summary["final_eval_accuracy"])
 
 
-def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(tmp_path):
-    common = ["--preset", "digits-mlp", "--set", "run.tensorboard=false"]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert_ok(launch("mpi", 2, hvdtrain("train", *common, "--epochs", "4",
+RESUME_ARGS = ["--preset", "digits-mlp", "--set", "run.tensorboard=false"]
+
+
+@pytest.fixture(scope="module")
+def four_straight_epochs(tmp_path_factory) -> Path:
+    """The run every resumed run must equal: 4 epochs without a stop (under mpirun; at 2 ranks
+    both launchers give the same sums)."""
+    straight = tmp_path_factory.mktemp("straight") / "run"
+    assert_ok(launch("mpi", 2, hvdtrain("train", *RESUME_ARGS, "--epochs", "4",
                                         "--run-dir", str(straight))), "4 epochs")
-    assert_ok(launch("mpi", 2, hvdtrain("train", *common, "--epochs", "2",
-                                        "--run-dir", str(resumed))), "2 epochs")
-    job = launch("gloo", 2, hvdtrain("train", *common, "--epochs", "4", "--resume",
-                                     "--run-dir", str(resumed)))
+    return straight
+
+
+def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(launcher, four_straight_epochs,
+                                                               tmp_path):
+    resumed = tmp_path / "resumed"
+    assert_ok(launch(launcher, 2, hvdtrain("train", *RESUME_ARGS, "--epochs", "2",
+                                           "--run-dir", str(resumed))), "2 epochs")
+    job = launch(launcher, 2, hvdtrain("train", *RESUME_ARGS, "--epochs", "4", "--resume",
+                                       "--run-dir", str(resumed)))
     assert_ok(job, "resume to 4")
     assert "resuming" in job.output and "after epoch 2" in job.output
     assert re.findall(r"epoch (\d)/4 +loss", job.output) == ["3", "4"]
-
-    import tensorflow as tf
-    a = tf.keras.models.load_model(str(straight / "model")).get_weights()
-    b = tf.keras.models.load_model(str(resumed / "model")).get_weights()
+    a = exported_model(four_straight_epochs).get_weights()
+    b = exported_model(resumed).get_weights()
     for x, y in zip(a, b):
         np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
     epochs = [json.loads(l)["epoch"] for l in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3, 4]
+    # The run's first config stays as it was; the resume's own is recorded beside it.
+    assert json.loads((resumed / "config.json").read_text())["train"]["epochs"] == 2
+    assert json.loads((resumed / "config.resume-0002.json").read_text())["train"]["epochs"] == 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,13 +170,7 @@ def _bad_files(root: Path) -> dict[str, Path]:
     with_nan = np.zeros((10, 4), np.float32)
     with_nan[7, 2] = np.nan
     np.savez(files["nan"], x=with_nan, y=np.arange(10) % 2)
-    import tensorflow as tf
-    example = tf.train.Example(features=tf.train.Features(feature={
-        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(64)])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
-    with tf.io.TFRecordWriter(str(files["truncated"])) as writer:
-        for _ in range(8):
-            writer.write(example.SerializeToString())
+    write_records(files["truncated"], range(8), shape=(8, 8, 1))
     files["truncated"].write_bytes(files["truncated"].read_bytes()[:-20])  # a copy cut short
     np.savez(files["lengths"], x=np.zeros((10, 4), np.float32), y=np.zeros(9, np.int64))
     np.savez(files["labels"], x=np.zeros((10, 4), np.float32), y=np.arange(10) + 5)
@@ -180,46 +194,36 @@ BAD_INPUT = {
                             "--model", "mlp"], "truncated record at"),
     "more ranks than samples": (["--preset", "synthetic-mlp", "--set", "data.num_samples=2",
                                  "--set", "data.eval_fraction=0.5"], "1 samples but 2 ranks"),
+    "unknown model": (["--model", "resnet51"], "unknown model 'resnet51'"),
+    "run dir in use": (["--epochs", "1"], "already holds a run"),
+    # Refused while reading the command line, before Horovod starts: the ranks do the same
+    # under either launcher, so each runs under one (both launchers take their turn).
     "batch size 0": (["--batch-size", "0"], "train.batch_size must be > 0"),
     "negative lr": (["--lr", "-0.1"], "optim.lr must be > 0"),
-    "unknown model": (["--model", "resnet51"], "unknown model 'resnet51'"),
     "unknown preset": (["--preset", "imagenet"], "unknown preset 'imagenet'"),
     "unknown key": (["--set", "train.epoch=3"], "did you mean 'train.epochs'"),
-    "run dir in use": (["--epochs", "1"], "already holds a run"),
 }
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+BEFORE_HOROVOD = {"batch size 0": "gloo", "negative lr": "mpi", "unknown preset": "gloo",
+                  "unknown key": "mpi"}
+BAD_INPUT_RUNS = [(case, launcher) for case in BAD_INPUT for launcher in ("gloo", "mpi")
+                  if BEFORE_HOROVOD.get(case, launcher) == launcher]
 
 
 @pytest.mark.fault
-@pytest.mark.parametrize("case", list(BAD_INPUT))
+@pytest.mark.parametrize("case, launcher", BAD_INPUT_RUNS)
 def test_bad_input_stops_every_rank_with_one_line(case, launcher, tmp_path):
     files = _bad_files(tmp_path / "data")
     run_dir = tmp_path / "earlier-run"   # a finished run that must survive untouched
     (run_dir / "checkpoints/epoch-0002").mkdir(parents=True)
     (run_dir / "checkpoints/epoch-0002/meta.json").write_text('{"epochs_done": 2}')
     (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n{"epoch": 2}\n')
-    before = _snapshot(run_dir)
+    before = snapshot(run_dir)
 
     args, expected = BAD_INPUT[case]
     args = [a.format(root=files["garbage"].parent) for a in args]
     job = launch(launcher, 2, hvdtrain("train", *args, "--run-dir", str(run_dir)), timeout=120)
-
-    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
-    assert len(errors) == 1, job.output
-    assert expected in errors[0], errors[0]
-    assert job.returncode != 0
-    if launcher == "mpi":
-        assert job.returncode == 2
-        assert "Traceback" not in job.output, job.output
-    else:  # horovodrun adds its own RuntimeError traceback; the ranks must not add one
-        assert "exit with status code 2" in job.output, job.output
-        assert not re.search(r"^\[\d+\]<std(out|err)>:Traceback", job.output, re.M), job.output
-    assert job.seconds < 60
-    assert _snapshot(run_dir) == before
+    assert_stopped_with_one_line(job, launcher, expected)
+    assert snapshot(run_dir) == before
 
 
 RANK_ONE_FAILS = """
@@ -237,14 +241,12 @@ def build(input_shape, num_classes):
 
 
 @pytest.mark.fault
+@pytest.mark.smoke
 def test_an_error_on_one_rank_only_stops_every_rank(launcher, tmp_path):
     # Without gathering every rank's verdict, rank 0 would wait forever in its first collective.
     (tmp_path / "rank_one_fails.py").write_text(RANK_ONE_FAILS)
     job = launch(launcher, 2, hvdtrain("train", "--model", "rank_one_fails:build",
                                        "--run-dir", str(tmp_path / "run")),
                  env={"PYTHONPATH": str(tmp_path)}, timeout=120)
-    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
-    assert len(errors) == 1, job.output
-    assert "this host lacks something (on rank 1)" in errors[0]
-    assert job.returncode != 0 and job.seconds < 60
+    assert_stopped_with_one_line(job, launcher, "this host lacks something (on rank 1)")
     assert not (tmp_path / "run").exists()  # nothing written
