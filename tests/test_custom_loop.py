@@ -1,17 +1,19 @@
-"""The custom loop and Horovod's options, each checked for what it promises: real 2-rank runs
-under horovodrun --gloo and mpirun (which one is named per test), on CPU."""
+"""The custom loop, Horovod's options and the learning-rate schedule, each checked for what it
+promises (against a replay computed in this process where there is one): real 2-rank runs under
+horovodrun --gloo and mpirun (which one is named per test), on CPU."""
 from __future__ import annotations
 
 import json
 import math
 import re
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
 
-from conftest import hvdtrain, launch, worker
-from test_multirank import EXACT, assert_ok, weights
+from conftest import (EXACT, assert_ok, assert_stopped_with_one_line, hvdtrain,
+                      largest_difference, launch, weights, worker, write_records, write_shards)
 
 pytestmark = pytest.mark.multirank
 
@@ -29,8 +31,7 @@ def train(launcher: str, np_: int, out: Path, *args: str,
 
 def assert_same(a: list[np.ndarray], b: list[np.ndarray], atol: float) -> float:
     """Asserts equal shapes and values to ``atol``; returns the largest difference."""
-    assert [x.shape for x in a] == [y.shape for y in b]
-    worst = max(float(np.abs(x - y).max()) for x, y in zip(a, b))
+    worst = largest_difference(a, b)
     assert worst <= atol, f"largest difference {worst} > {atol}"
     return worst
 
@@ -50,10 +51,16 @@ def test_custom_loop_with_resume_ends_where_fit_ends(tmp_path):
     print("custom vs fit, largest weight difference:",
           assert_same(custom[0], fit[0], atol=1e-5))  # it is fit's model
     # The comparison is sharp: one epoch less is far from it.
-    assert max(float(np.abs(x - y).max()) for x, y in zip(two[0], fit[0])) > 1e-2
+    assert largest_difference(two[0], fit[0]) > 1e-2
     summary = json.loads((tmp_path / "three/summary.json").read_text())
     assert summary["loop"] == "custom" and summary["resumed_from_epoch"] == 2
     assert summary["final_eval_accuracy"] == pytest.approx(summary["whole_eval_set_accuracy"])
+
+
+# The tensors of a gradient reduction: named by the tape (custom loop: "gradient_tape_...",
+# "DistributedGradientTape_Allreduce/...") or by the optimizer (fit: "DistributedSGD_Allreduce/
+# ..."); the metric sums are plain "HorovodAllreduce".
+GRADIENT_TENSOR = re.compile(r"grad|Distributed\w*_Allreduce", re.IGNORECASE)
 
 
 def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, int]:
@@ -69,7 +76,7 @@ def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, i
         if e["ph"] == "B":
             open_activities.setdefault(e["pid"], []).append(e["name"])
         elif e["ph"] == "E" and open_activities[e["pid"]].pop() == kind:
-            if "grad" not in tensor_of[e["pid"]].lower():
+            if not GRADIENT_TENSOR.search(tensor_of[e["pid"]]):
                 continue  # the metric sums, not gradients
             shape = json.loads(e["args"]["shape"])
             count += 1
@@ -78,25 +85,30 @@ def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, i
 
 
 def test_fp16_compression_halves_the_bytes_and_stays_close(tmp_path):
-    # horovodrun --gloo; the timeline (rank 0's Chrome trace) shows what crossed the wire.
-    args = [*EXACT, *CUSTOM, "--set", "train.epochs=3"]
+    # horovodrun --gloo; the timeline (rank 0's Chrome trace) shows what crossed the wire. The
+    # custom loop without and with compression, and fit with it (Horovod's optimizer there).
+    args = [*EXACT, "--set", "train.epochs=3"]
     runs = {}
-    for compression in ("none", "fp16"):
-        timeline = tmp_path / f"{compression}.json"
-        ranks = train("gloo", 2, tmp_path / compression, *args,
+    for name, loop, compression in (("plain", "custom", "none"), ("fp16", "custom", "fp16"),
+                                    ("fit-fp16", "fit", "fp16")):
+        timeline = tmp_path / f"{name}.json"
+        ranks = train("gloo", 2, tmp_path / name, *args, "--set", f"train.loop={loop}",
                       "--set", f"horovod.compression={compression}",
                       "--set", f"horovod.timeline={timeline}")
         assert_same(ranks[0], ranks[1], atol=0)
-        runs[compression] = ranks[0], *gradient_allreduces(timeline)
-    (plain, plain_count, plain_bytes), (fp16, fp16_count, fp16_bytes) = runs["none"], runs["fp16"]
+        runs[name] = ranks[0], gradient_allreduces(timeline)
+    plain, (plain_count, plain_bytes) = runs["plain"]
     # 6 gradient tensors (3 dense layers) x 5 steps (266 samples, 133 per rank, batch 32) x 3
-    # epochs, each an all-reduce event.
-    assert plain_count == fp16_count == 6 * 5 * 3
-    assert fp16_bytes * 2 == plain_bytes
-    worst = assert_same(fp16, plain, atol=1e-3)  # measured: about 1e-4
-    assert worst > 0  # the gradients really were rounded
-    print(f"fp16: {fp16_bytes} vs {plain_bytes} gradient bytes all-reduced by rank 0, "
-          f"largest weight difference {worst:.2e}")
+    # epochs, each an all-reduce event; every one of the MLP's 6,570 parameters once per step,
+    # in 4 bytes, or 2 compressed: 394,200 and 197,100 bytes.
+    assert (plain_count, plain_bytes) == (6 * 5 * 3, 6570 * 15 * 4) == (90, 394_200)
+    for name in ("fp16", "fit-fp16"):
+        weights_, allreduced = runs[name]
+        assert allreduced == (90, 6570 * 15 * 2) == (90, 197_100), name
+        worst = assert_same(weights_, plain, atol=1e-3)  # measured: about 1e-4
+        assert worst > 1e-6, name  # the gradients really were rounded
+        print(f"{name}: {allreduced[1]} vs {plain_bytes} gradient bytes all-reduced by rank 0, "
+              f"largest weight difference {worst:.2e}")
 
 
 def test_k_backward_passes_of_batch_b_equal_one_step_of_batch_kb(tmp_path):
@@ -116,7 +128,7 @@ def test_k_backward_passes_of_batch_b_equal_one_step_of_batch_kb(tmp_path):
     # Sharp: updating after every batch of 8 per rank (k=1) ends elsewhere.
     every_batch = train("mpi", 2, tmp_path / "k1", *plain_sgd, *CUSTOM,
                         "--set", "train.batch_size=8")
-    assert max(float(np.abs(x - y).max()) for x, y in zip(every_batch[0], big_batch)) > 1e-3
+    assert largest_difference(every_batch[0], big_batch) > 1e-3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,16 +150,40 @@ def initial_model(preset: str, assignments: list[str]):
 
 
 def local_gradients(model, x, y) -> list[np.ndarray]:
+    """One rank's gradients of the mean loss on its batch (sparse ones made dense)."""
     import tensorflow as tf
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
             y, model(x, training=True), from_logits=True))
-    return [g.numpy().astype(np.float64) for g in tape.gradient(loss, model.trainable_variables)]
+    return [tf.convert_to_tensor(g).numpy().astype(np.float64)
+            for g in tape.gradient(loss, model.trainable_variables)]
 
 
 def sgd_step(model, gradients: list[np.ndarray], lr: float) -> None:
     for v, g in zip(model.trainable_variables, gradients):
         v.assign(v.numpy() - lr * g.astype(np.float32))
+
+
+def mean(gradients: tuple[np.ndarray, ...]) -> np.ndarray:
+    return sum(gradients) / len(gradients)
+
+
+def replay_two_ranks(cfg, dataset, model, *, lr_at: Callable[[int], float],
+                     combine: Callable[[tuple[np.ndarray, ...]], np.ndarray] = mean
+                     ) -> list[np.ndarray]:
+    """Plain SGD as 2 ranks run it for cfg.train.epochs: at every step each rank's gradient on
+    its own batch (the batches data.train_dataset gives that rank), combined, one update at
+    ``lr_at(step)``. Returns the final weights."""
+    from hvdtrain import data
+    streams = [data.train_dataset(dataset.train, rank=r, size=2,
+                                  batch_size=cfg.train.batch_size, first_epoch=0,
+                                  epochs=cfg.train.epochs, seed=cfg.train.seed,
+                                  shuffle=cfg.data.shuffle) for r in range(2)]
+    batches = [iter(s.dataset) for s in streams]
+    for step in range(cfg.train.epochs * streams[0].steps_per_epoch):
+        grads = [local_gradients(model, *next(b)) for b in batches]
+        sgd_step(model, [combine(g) for g in zip(*grads)], lr_at(step))
+    return model.get_weights()
 
 
 def adasum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -178,14 +214,13 @@ def test_adasum_on_the_custom_loop_is_adasum(tmp_path):
     # Sharp: the plain average of the two gradients gives another step.
     model.set_weights(start)
     sgd_step(model, [(a + b) / 2 for a, b in zip(*grads)], cfg.optim.lr)
-    assert max(float(np.abs(p - q).max()) for p, q in zip(ranks[0], model.get_weights())) > 1e-4
+    assert largest_difference(ranks[0], model.get_weights()) > 1e-4
 
 
 def test_join_uneven_shards_finish_and_train_correctly(tmp_path):
     # horovodrun --gloo. TFRecord files of 40, 8 and 40 records: rank 0 reads files 0 and 2
     # (80 records, 10 batches of 8), rank 1 file 1 (8 records, 1 batch). Rank 1 joins after
     # its batch and answers rank 0's all-reduces with zeros; then rank 0's state is broadcast.
-    from test_data import write_records, write_shards
     write_shards(tmp_path / "train", [40, 8, 40])
     write_records(tmp_path / "eval.tfrecord", range(200, 230))
     settings = [*PLAIN_SGD, "data.source=tfrecord", f"data.path={tmp_path / 'train'}",
@@ -224,7 +259,7 @@ def test_join_uneven_shards_finish_and_train_correctly(tmp_path):
           assert_same(ranks[0], replay(divide_by_active_ranks=False), atol=1e-5))
     # Sharp: averaging over the ranks still running would end elsewhere.
     other = replay(divide_by_active_ranks=True)
-    assert max(float(np.abs(p - q).max()) for p, q in zip(ranks[0], other)) > 1e-3
+    assert largest_difference(ranks[0], other) > 1e-3
 
 
 def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
@@ -253,31 +288,75 @@ def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     assert count == 8 * 23 * 5   # 8 gradient tensors (cnn: 4 layers) x 23 steps x 5 epochs
 
 
+EMBEDDING_SGD = ["model.name=embedding", *PLAIN_SGD, "optim.lr=0.5", "train.epochs=2",
+                 "run.tensorboard=false", "run.export=false"]
+
+
 def test_sparse_as_dense_reduces_embedding_gradients_densely_to_the_same_result(tmp_path):
-    # horovodrun --gloo, the embedding model (sparse gradients) on digits, custom loop. Sparse:
+    # horovodrun --gloo, the embedding model (sparse gradients) on digits, plain SGD: the custom
+    # loop without and with the option, and fit with it (Horovod's optimizer there). Sparse:
     # Horovod all-gathers the embedding gradient's rows; dense: one all-reduce of the table.
-    args = [*CUSTOM, "--set", "model.name=embedding", "--set", "train.epochs=2",
-            "--set", "optim.name=adam", "--set", "optim.lr=0.01", "--set", "run.tensorboard=false",
-            "--set", "run.export=false"]
+    # Each must equal a replay that AVERAGES the two ranks' gradients (plain SGD keeps a factor
+    # of 2 that Adam would cancel).
+    args = [a for s in EMBEDDING_SGD for a in ("--set", s)]
     runs = {}
-    for dense in ("false", "true"):
-        timeline = tmp_path / f"dense-{dense}.json"
-        ranks = train("gloo", 2, tmp_path / dense, "--preset", "digits", *args,
-                      "--set", f"horovod.sparse_as_dense={dense}",
+    for name, loop, dense in (("sparse", "custom", "false"), ("dense", "custom", "true"),
+                              ("fit-dense", "fit", "true")):
+        timeline = tmp_path / f"{name}.json"
+        ranks = train("gloo", 2, tmp_path / name, "--preset", "digits", *args,
+                      "--set", f"train.loop={loop}", "--set", f"horovod.sparse_as_dense={dense}",
                       "--set", f"horovod.timeline={timeline}")
         assert_same(ranks[0], ranks[1], atol=0)
-        summary = json.loads((tmp_path / dense / "summary.json").read_text())
-        runs[dense] = (ranks[0], summary, gradient_allreduces(timeline, "ALLGATHER")[0],
-                       gradient_allreduces(timeline)[0])
-    (sparse, sparse_summary, sparse_gathers, sparse_reduces), (dense, dense_summary,
-                                                                dense_gathers, dense_reduces) = (
-        runs["false"], runs["true"])
+        runs[name] = (ranks[0], gradient_allreduces(timeline, "ALLGATHER")[0],
+                      gradient_allreduces(timeline)[0])
     steps = 2 * 23
-    assert sparse_gathers >= steps and dense_gathers == 0   # embedding rows all-gathered ...
-    assert dense_reduces == sparse_reduces + steps          # ... or the table all-reduced
-    print("sparse_as_dense vs sparse, largest weight difference:",
-          assert_same(dense, sparse, atol=1e-5))
-    assert dense_summary["final_eval_accuracy"] > 0.9       # the embedding model learns
+    sparse_gathers, sparse_reduces = runs["sparse"][1:]
+    assert sparse_gathers >= steps                           # embedding rows all-gathered ...
+    for name in ("dense", "fit-dense"):                      # ... or the table all-reduced
+        assert runs[name][1:] == (0, sparse_reduces + steps), (name, runs[name][1:])
+
+    cfg, dataset, model = initial_model("digits", EMBEDDING_SGD)
+    start = model.get_weights()
+    averaged = replay_two_ranks(cfg, dataset, model, lr_at=lambda step: cfg.optim.lr)
+    for name, (weights_, _, _) in runs.items():
+        print(f"{name} vs the replay, largest weight difference:",
+              assert_same(weights_, averaged, atol=1e-5))
+    # Sharp: summing the ranks' gradients instead of averaging them ends elsewhere.
+    model.set_weights(start)
+    summed = replay_two_ranks(cfg, dataset, model, lr_at=lambda step: cfg.optim.lr, combine=sum)
+    assert largest_difference(runs["fit-dense"][0], summed) > 1e-3
+
+
+def test_lr_scaling_and_warmup_at_two_ranks_follow_the_schedule(tmp_path):
+    # horovodrun --gloo, fit, plain SGD on shuffled shards: optim.lr 0.05 per rank, scaled
+    # linearly to a peak of 0.1 at 2 ranks, reached by a ramp over the first epoch's 5 steps
+    # (266 samples, 133 per rank, batch 32). The README's rule, written out here on its own:
+    def schedule(step: int) -> float:
+        return 0.05 + (0.1 - 0.05) * step / 5 if step < 5 else 0.1
+    settings = ["optim.momentum=0", "optim.lr=0.05", "optim.lr_scaling=linear",
+                "optim.warmup_epochs=1", "train.epochs=2", "data.num_samples=333",
+                "run.tensorboard=false", "run.export=false"]
+    run_dir = tmp_path / "run"
+    ranks = train("gloo", 2, tmp_path / "out", *[a for s in settings for a in ("--set", s)],
+                  run_dir=run_dir)
+    assert_same(ranks[0], ranks[1], atol=0)
+    # metrics.jsonl: the lr of each epoch's last step (steps 4 and 9).
+    logged = [json.loads(line)["lr"] for line in (run_dir / "metrics.jsonl").read_text()
+              .splitlines()]
+    assert logged == pytest.approx([schedule(4), schedule(9)], abs=1e-9) \
+        and logged == pytest.approx([0.09, 0.1], abs=1e-9), logged
+
+    cfg, dataset, model = initial_model("synthetic-mlp", settings)
+    start = model.get_weights()
+    print("2 ranks vs the replay of the schedule, largest weight difference:",
+          assert_same(ranks[0], replay_two_ranks(cfg, dataset, model, lr_at=schedule),
+                      atol=1e-5))
+    # Sharp: without the ramp (the peak from step 0), or without the scaling (0.05 throughout),
+    # the weights end elsewhere.
+    for control in (lambda step: 0.1, lambda step: 0.05):
+        model.set_weights(start)
+        assert largest_difference(ranks[0], replay_two_ranks(cfg, dataset, model,
+                                                             lr_at=control)) > 1e-3
 
 
 def test_adasum_on_three_ranks_stops_every_rank_before_training(tmp_path):
@@ -286,8 +365,5 @@ def test_adasum_on_three_ranks_stops_every_rank_before_training(tmp_path):
     job = launch("mpi", 3, hvdtrain("train", "--preset", "synthetic-mlp", "--loop", "custom",
                                     "--set", "horovod.op=adasum", "--run-dir", str(run_dir)),
                  timeout=120)
-    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
-    assert len(errors) == 1, job.output
-    assert "power-of-two number of ranks, got 3" in errors[0]
-    assert job.returncode == 2 and "Traceback" not in job.output
+    assert_stopped_with_one_line(job, "mpi", "power-of-two number of ranks, got 3")
     assert not run_dir.exists()
