@@ -3,11 +3,11 @@ its figures checked for sense (not for speed: speed targets are figures in the o
 from __future__ import annotations
 
 import json
-import subprocess
+import warnings
 
 import pytest
 
-from conftest import hvdtrain, launcher_env
+from conftest import assert_ok, hvdtrain, run_job
 from hvdtrain.bench import allreduce, peers, project, scaling, suite, versus_horovod
 
 
@@ -67,45 +67,90 @@ def test_readme_block_is_replaced_and_a_missing_block_is_refused(tmp_path):
         suite.replace_block(tmp_path / "plain.md", pattern_block)
 
 
+def test_an_efficiency_above_the_ceiling_is_flagged_as_noise():
+    rows = [{"model": "m", "ranks": 1, "total_samples_per_sec": {"median": 100.0}},
+            {"model": "m", "ranks": 2, "total_samples_per_sec": {"median": 200.0}},
+            {"model": "m", "ranks": 4, "total_samples_per_sec": {"median": 440.0}}]
+    scaling.add_efficiency(rows)
+    assert [r["efficiency_above_ceiling"] for r in rows] == [False, False, True]
+    assert scaling.efficiency_cell(rows[1]) == pytest.approx(1.0)
+    assert scaling.efficiency_cell(rows[2]) == "1.1 (above 1.05: noise)"
+
+
 @pytest.mark.multirank
+@pytest.mark.timeout(900)
 def test_quick_benchmarks_run_and_make_sense(tmp_path):
     out = tmp_path / "results"
-    done = subprocess.run(hvdtrain("bench", "all", "--quick", "--out", str(out)),
-                          env=launcher_env(), capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_job(hvdtrain("bench", "all", "--quick", "--out", str(out)), timeout=840)
+    assert_ok(done, "hvdtrain bench all --quick")
     for name in ("scaling", "allreduce", "peers", "project"):
         for suffix in (".json", ".md", ".png"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
-
     scaled = json.loads((out / "scaling.json").read_text())
+    reduced = json.loads((out / "allreduce.json").read_text())
+    check_scaling(scaled)
+    check_allreduce(reduced)
+    compared = {r["system"]: r for r in json.loads((out / "peers.json").read_text())["results"]}
+    assert set(compared) == {"single", "hvdtrain", "mwms", "ps"}
+    for r in compared.values():
+        assert r["samples_per_sec"]["median"] > 0 and r["final_eval_accuracy"] > 0.5, r
+    check_projection(json.loads((out / "project.json").read_text()), scaled, reduced)
+
+
+def check_scaling(scaled: dict) -> None:
     rows = {r["ranks"]: r for r in scaled["results"]}
     assert set(rows) == {1, 2}
     for ranks, row in rows.items():
         assert len(row["raw"]) == ranks                     # every rank reported its own count
         assert row["total_samples_per_sec"]["median"] > 0
         # The same budget at every N: one core and one intra-op thread per rank, recorded.
-        assert all(len(b["cores"]) == 1 and b["intra_op_threads"] == 1
-                   for b in row["core_budget"])
-    assert 0 < rows[2]["weak_scaling_efficiency"] <= 1.5
-    assert rows[1]["rank_env"]["OMPI_MCA_mpi_yield_when_idle"] == "1"  # hvdtrain's default
+        assert len(row["core_budget"]) == ranks and all(
+            len(b["cores"]) == 1 and b["intra_op_threads"] == 1 for b in row["core_budget"])
+        # hvdtrain's launch defaults, as the ranks found them.
+        assert row["rank_env"]["OMPI_MCA_mpi_yield_when_idle"] == "1"
+        assert row["rank_env"]["HOROVOD_CYCLE_TIME"] == "0.2"
+    e = rows[2]["weak_scaling_efficiency"]
+    assert e == pytest.approx(rows[2]["total_samples_per_sec"]["median"]
+                              / (2 * rows[1]["total_samples_per_sec"]["median"]))
+    # Above 1.05 is noise: then the figure must say so (the run is not failed for it).
+    assert e > 0 and rows[2]["efficiency_above_ceiling"] == (e > 1.05), rows[2]
+    if e > 1.05:
+        warnings.warn(f"weak-scaling efficiency {e:.2f} at 2 ranks: noise, flagged as such")
 
-    reduced = json.loads((out / "allreduce.json").read_text())
-    labels = {p["label"] for p in reduced["paths"]}
-    assert {allreduce.RAW_MPI.label, allreduce.HOROVOD_MPI.label,
-            allreduce.HOROVOD_GLOO.label} <= labels
-    for path in reduced["paths"]:
+
+def check_allreduce(reduced: dict) -> None:
+    paths = {p["label"]: p for p in reduced["paths"]}
+    assert set(paths) == {allreduce.RAW_MPI.label, allreduce.HOROVOD_MPI.label,
+                          allreduce.HOROVOD_GLOO.label}
+    memcpy = {r["bytes"]: r["GBps"] for r in reduced["memcpy"]}
+    assert sorted(memcpy) == list(allreduce.QUICK_SIZES) and all(v > 0 for v in memcpy.values())
+    for path in paths.values():
+        assert [r["bytes"] for r in path["rows"]] == list(allreduce.QUICK_SIZES), path["label"]
         for r in path["rows"]:
+            assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["seconds"]["median"] / 1e9)
             assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])  # 2 ranks: 2(N-1)/N = 1
             assert r["busbw_GBps"] > 0
-    assert all(r["GBps"] > 0 for r in reduced["memcpy"])
+            if path["kind"] == "horovod":  # no faster than one core copies memory
+                assert r["busbw_GBps"] <= memcpy[r["bytes"]], (path["label"], r)
 
-    compared = {r["system"]: r for r in json.loads((out / "peers.json").read_text())["results"]}
-    assert set(compared) == {"single", "hvdtrain", "mwms", "ps"}
-    for r in compared.values():
-        assert r["samples_per_sec"]["median"] > 0 and r["final_eval_accuracy"] > 0.5, r
 
-    projected = json.loads((out / "project.json").read_text())
+def check_projection(projected: dict, scaled: dict, reduced: dict) -> None:
+    """Every projected figure recomputed from the measured ones it is built on."""
+    hvd_mpi = next(p for p in reduced["paths"] if p["label"] == allreduce.HOROVOD_MPI.label)
+    smallest = min(hvd_mpi["rows"], key=lambda r: r["bytes"])
+    fast = max(r["busbw_GBps"] for r in hvd_mpi["rows"] if r["bytes"] >= allreduce.MIB)
+    measured = projected["links"]["this machine (measured Horovod/MPI)"]
+    assert measured["latency_s"] == pytest.approx(smallest["seconds"]["median"] / 2)  # 2(N-1)
+    assert measured["seconds_per_byte"] == pytest.approx(1 / (fast * 1e9))
+    one_rank = {r["model"]: r for r in scaled["results"] if r["ranks"] == 1}
+    assert projected["rows"] and {r["model"] for r in projected["rows"]} == set(one_rank)
     for row in projected["rows"]:
-        e = [row["efficiency"][str(n)] for n in projected["ranks"]]
-        assert all(0 < x <= 1 for x in e) and e == sorted(e, reverse=True), row
+        source = one_rank[row["model"]]
+        assert row["params"] == source["raw"][0]["params"]
+        assert row["compute_s"] == pytest.approx(
+            source["batch_size_per_rank"] / source["total_samples_per_sec"]["median"])
+        link, t_c, size = projected["links"][row["link"]], row["compute_s"], 4 * row["params"]
+        for n in projected["ranks"]:
+            ring = 2 * (n - 1) * link["latency_s"] + 2 * (n - 1) / n * size * link[
+                "seconds_per_byte"]
+            assert row["efficiency"][str(n)] == pytest.approx(t_c / (t_c + ring)), (row, n)

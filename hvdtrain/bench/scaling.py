@@ -177,12 +177,24 @@ def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path) -> dict[
             "rank_env": raw["ranks"][0]["env"], "raw": raw["ranks"]}
 
 
+# N ranks on N cores cannot do more than N times one rank's work: an efficiency above this is
+# noise (a disturbed 1-rank run, say), flagged in the result and the table, not scaling.
+EFFICIENCY_CEILING = 1.05
+
+
 def add_efficiency(rows: list[dict]) -> None:
     base = {r["model"]: r["total_samples_per_sec"]["median"] for r in rows if r["ranks"] == 1}
     for r in rows:
         if r["model"] in base:
             r["weak_scaling_efficiency"] = weak_scaling_efficiency(
                 r["total_samples_per_sec"]["median"], r["ranks"], base[r["model"]])
+            r["efficiency_above_ceiling"] = r["weak_scaling_efficiency"] > EFFICIENCY_CEILING
+
+
+def efficiency_cell(row: dict) -> Any:
+    e = row.get("weak_scaling_efficiency")
+    return f"{e:.3g} (above {EFFICIENCY_CEILING}: noise)" if row.get(
+        "efficiency_above_ceiling") else e
 
 
 def run(out_dir: Path, *, models: Sequence[str], plan: Plan,
@@ -216,7 +228,7 @@ def markdown(result: dict) -> str:
         t, p = r["total_samples_per_sec"], r["per_rank_samples_per_sec"]
         rows.append([r["model"], r["ranks"], r["batch_size_per_rank"],
                      f"{t['median']:,.1f} ({t['min']:,.1f}..{t['max']:,.1f})",
-                     f"{p['median']:,.1f}", r.get("weak_scaling_efficiency"),
+                     f"{p['median']:,.1f}", efficiency_cell(r),
                      f"{r['core_budget'][0]['intra_op_threads']} intra / "
                      f"{len(r['core_budget'][0]['cores'])} core"])
     lines.append(common.markdown_table(
