@@ -1,15 +1,17 @@
 """The launch scripts: usage, input checks before anything launches, and the commands they build
-(--dry-run). Real launches through them: test_multihost.py, `make demo`, the elastic tests."""
+(--dry-run). Real launches through them: local.sh here, test_multihost.py, test_slurm.py, the
+elastic tests (test_faults.py)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import launcher_env
-from hvdtrain import launching
+from conftest import assert_ok, launcher_env, run_job
+from hvdtrain import __version__, launching
 
 SCRIPTS = Path(__file__).parent.parent / "run_scripts"
 ALL = ["local.sh", "mpirun_hostfile.sh", "slurm.sbatch", "elastic.sh", "discover_hosts.sh"]
@@ -105,6 +107,21 @@ def test_mpirun_hostfile_builds_the_command(hostfile):
 ])
 def test_local_refuses_bad_input(args, words):
     assert_refused(script("local.sh", *args), *words)
+
+
+@pytest.mark.multirank
+@pytest.mark.smoke
+def test_local_launches_n_ranks_for_real(tmp_path):
+    # The README's one-machine command, run as a user would: from the checkout, the venv's
+    # bin on PATH (make does that), 2 ranks of a one-epoch job.
+    run_dir = tmp_path / "run"
+    job = run_job([str(SCRIPTS / "local.sh"), "2", "--preset", "synthetic-mlp", "--epochs", "1",
+                   "--set", "run.tensorboard=false", "--set", "run.export=false",
+                   "--run-dir", str(run_dir)], cwd=SCRIPTS.parent, timeout=120)
+    assert_ok(job, "run_scripts/local.sh 2")
+    assert f"[0]<stdout>:hvdtrain {__version__}: 2 ranks (gloo)" in job.output, job.output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["world_size"], summary["controller"], summary["epochs"]) == (2, "gloo", 1)
 
 
 def test_slurm_refuses_to_run_outside_an_allocation():
