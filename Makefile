@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launching.py), not here.
 
-.PHONY: install demo test unit bench bench-quick clean
+.PHONY: install demo test test-fast unit bench bench-quick clean
 
 install:
 	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh
@@ -21,6 +21,11 @@ demo: install
 test:
 	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh --with-test-tools
 	$(PY) -m pytest
+
+# The quick lane: the unit tests and a few multi-rank smoke tests under both launchers.
+test-fast:
+	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh --with-test-tools
+	$(PY) -m pytest -m "not multirank or smoke"
 
 # Only the tests that need no launcher (seconds).
 unit: install

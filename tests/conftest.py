@@ -157,6 +157,8 @@ class Job:
             time.sleep(0.1)
         self.proc.wait()
         self._reader.join(timeout=5)
+        if not self._reader.is_alive():
+            self.proc.stdout.close()
 
     def _time_out(self, what: str) -> None:
         self.end()
