@@ -213,6 +213,13 @@ def launch(launcher: str, np_: int, argv: list[str], *, cwd: Path | None = None,
                    env=env, cwd=cwd)
 
 
+def importable_from(folder: Path) -> dict[str, str]:
+    """The environment that lets a job's ranks import modules from ``folder`` (a user's model
+    module), in front of the PYTHONPATH the tests run with."""
+    paths = [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(paths)}
+
+
 def worker(out: Path, *args: str) -> list[str]:
     return [sys.executable, str(TESTS / "multirank_worker.py"), "--out", str(out), *args]
 

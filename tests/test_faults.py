@@ -15,8 +15,8 @@ from typing import Callable
 
 import pytest
 
-from conftest import (BIN, Job, assert_ok, assert_stopped_with_one_line, hvdtrain, launch,
-                      launch_command, snapshot)
+from conftest import (BIN, Job, assert_ok, assert_stopped_with_one_line, hvdtrain,
+                      importable_from, launch, launch_command, snapshot)
 from hvdtrain import checkpoints
 
 pytestmark = [pytest.mark.multirank, pytest.mark.fault]
@@ -209,7 +209,7 @@ def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(launcher, tmp_path
                                        "--epochs", "5", "--run-dir", str(tmp_path / "run"),
                                        "--set", "run.stall_warning_s=2",
                                        "--set", f"run.stall_abort_s={STALL_ABORT_S}"),
-                 env={"PYTHONPATH": str(tmp_path), "STALLED_AT": str(stalled_at)}, timeout=90)
+                 env={**importable_from(tmp_path), "STALLED_AT": str(stalled_at)}, timeout=90)
     assert job.returncode != 0 and not job.leftovers, job.output[-3000:]
     seconds = job.finished_at - float(stalled_at.read_text())
     print(f"the job ended {seconds:.1f} s after rank 1 stalled")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import (EXACT, assert_ok, assert_stopped_with_one_line, exported_model,
-                      hvdtrain, largest_difference, launch, snapshot, weights, worker,
-                      write_records)
+                      hvdtrain, importable_from, largest_difference, launch, snapshot, weights,
+                      worker, write_records)
 
 pytestmark = pytest.mark.multirank
 
@@ -247,6 +247,6 @@ def test_an_error_on_one_rank_only_stops_every_rank(launcher, tmp_path):
     (tmp_path / "rank_one_fails.py").write_text(RANK_ONE_FAILS)
     job = launch(launcher, 2, hvdtrain("train", "--model", "rank_one_fails:build",
                                        "--run-dir", str(tmp_path / "run")),
-                 env={"PYTHONPATH": str(tmp_path)}, timeout=120)
+                 env=importable_from(tmp_path), timeout=120)
     assert_stopped_with_one_line(job, launcher, "this host lacks something (on rank 1)")
     assert not (tmp_path / "run").exists()  # nothing written
