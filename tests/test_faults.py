@@ -211,6 +211,7 @@ def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(launcher, tmp_path
                                        "--set", f"run.stall_abort_s={STALL_ABORT_S}"),
                  env={**importable_from(tmp_path), "STALLED_AT": str(stalled_at)}, timeout=90)
     assert job.returncode != 0 and not job.leftovers, job.output[-3000:]
+    assert stalled_at.exists(), f"the job ended before rank 1 stalled:\n{job.output[-3000:]}"
     seconds = job.finished_at - float(stalled_at.read_text())
     print(f"the job ended {seconds:.1f} s after rank 1 stalled")
     assert STALL_ABORT_S <= seconds < STALL_ABORT_S + STALL_SLACK_S, job.output[-3000:]
