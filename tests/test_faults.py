@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -310,21 +311,31 @@ def test_elastic_takes_in_an_added_worker_at_the_next_commit(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Bad input met during training: one line, non-zero exit on every rank, the run dir intact.
 
-def resume_that_fails(launcher: str, run_dir: Path, epochs: int, expected: str,
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory) -> Path:
+    """A run of 2 epochs (mpirun) that the resume cases below copy and resume."""
+    run_dir = tmp_path_factory.mktemp("two-epochs") / "run"
+    assert_ok(launch("mpi", 2, hvdtrain("train", *QUICK, "--epochs", "2",
+                                        "--run-dir", str(run_dir))), "2 epochs")
+    return run_dir
+
+
+def resume_that_fails(launcher: str, trained: Path, run_dir: Path, expected: str,
                       *resume_args: str):
-    """Trains ``epochs`` epochs, then resumes with ``resume_args``, which must stop with a line
-    holding ``expected``; returns (that line, the run dir's files before, after)."""
-    assert_ok(launch(launcher, 2, hvdtrain("train", *QUICK, "--epochs", str(epochs),
-                                           "--run-dir", str(run_dir))), f"{epochs} epochs")
+    """Resumes a copy of ``trained`` with ``resume_args``, which must stop with a line holding
+    ``expected``; returns (that line, the run dir's files before, after)."""
+    shutil.copytree(trained, run_dir)
     before = snapshot(run_dir)
     job = launch(launcher, 2, hvdtrain("train", *QUICK, "--resume", *resume_args,
                                        "--run-dir", str(run_dir)))
     return assert_stopped_with_one_line(job, launcher, expected), before, snapshot(run_dir)
 
 
-def test_a_diverging_loss_stops_and_keeps_the_last_good_checkpoint(launcher, tmp_path):
-    error, before, after = resume_that_fails(launcher, tmp_path / "run", 2, "training diverged",
-                                             "--epochs", "4", "--lr", "1e6")
+def test_a_diverging_loss_stops_and_keeps_the_last_good_checkpoint(launcher, two_epochs,
+                                                                   tmp_path):
+    error, before, after = resume_that_fails(launcher, two_epochs, tmp_path / "run",
+                                             "training diverged", "--epochs", "4",
+                                             "--lr", "1e6")
     assert re.search(r"training diverged: the loss is (nan|inf) in epoch 3", error), error
     assert "epoch-0002" in error
     # No checkpoint and no metrics of the bad epoch; the resume's config is recorded beside
@@ -367,8 +378,8 @@ def test_ranks_started_with_different_configs_are_stopped(launcher, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_checkpoint_of_another_model_is_refused(launcher, tmp_path):
-    _, before, after = resume_that_fails(launcher, tmp_path / "run", 1,
+def test_a_checkpoint_of_another_model_is_refused(launcher, two_epochs, tmp_path):
+    _, before, after = resume_that_fails(launcher, two_epochs, tmp_path / "run",
                                          "does not fit this model and optimizer",
-                                         "--model", "cnn", "--epochs", "2")
+                                         "--model", "cnn", "--epochs", "3")
     assert after == before

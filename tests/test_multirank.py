@@ -44,25 +44,36 @@ def test_weights_identical_on_every_rank_and_eval_is_exact(launcher, tmp_path):
         assert seen == {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "0.2"}, rank
 
 
-def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, tmp_path):
-    plain_sgd = [*EXACT, "--set", "data.shuffle=false", "--set", "optim.momentum=0",
-                 "--set", "optim.lr_scaling=none", "--set", "optim.warmup_epochs=0",
-                 "--set", "optim.lr=0.1", "--set", "train.epochs=3"]
+PLAIN_SGD = [*EXACT, "--set", "data.shuffle=false", "--set", "optim.momentum=0",
+             "--set", "optim.lr_scaling=none", "--set", "optim.warmup_epochs=0",
+             "--set", "optim.lr=0.1", "--set", "train.epochs=3"]
 
-    def run(np_, launcher_, batch, name, *extra):
-        job = launch(launcher_, np_, worker(tmp_path / name, *plain_sgd, *extra,
-                                            "--set", f"train.batch_size={batch}",
-                                            "--set", f"run.run_dir={tmp_path / name / 'run'}"))
-        assert_ok(job, name)
-        return weights(tmp_path / name / "rank0.npz")
 
-    two_ranks = run(2, launcher, 16, "two", "--perturb-nonroot")
-    one_rank = run(1, "single", 32, "one")
+def plain_sgd_run(out: Path, launcher: str, ranks: int, batch: int, *extra: str):
+    """Rank 0's final weights after PLAIN_SGD at ``batch`` per rank."""
+    job = launch(launcher, ranks, worker(out, *PLAIN_SGD, *extra,
+                                         "--set", f"train.batch_size={batch}",
+                                         "--set", f"run.run_dir={out / 'run'}"))
+    assert_ok(job, f"{ranks} x batch {batch}")
+    return weights(out / "rank0.npz")
+
+
+@pytest.fixture(scope="module")
+def one_rank_plain_sgd(tmp_path_factory) -> dict[int, list[np.ndarray]]:
+    """One process at batch 32 (the 2-rank job's global batch) and at 16 (the control): the
+    same for both launchers' tests, so run once."""
+    return {batch: plain_sgd_run(tmp_path_factory.mktemp(f"one-rank-{batch}"), "single", 1,
+                                 batch) for batch in (32, 16)}
+
+
+def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, one_rank_plain_sgd,
+                                                              tmp_path):
+    two_ranks = plain_sgd_run(tmp_path, launcher, 2, 16, "--perturb-nonroot")
+    one_rank = one_rank_plain_sgd[32]
     for a, b in zip(two_ranks, one_rank):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     # The check is sharp: one rank at batch 16 (half the global batch) ends elsewhere.
-    half_batch = run(1, "single", 16, "half")
-    assert largest_difference(half_batch, one_rank) > 1e-3
+    assert largest_difference(one_rank_plain_sgd[16], one_rank) > 1e-3
 
 
 # Rank r's lines as the launcher tags them (mpirun with --tag-output): [r]<stdout>: under
@@ -111,8 +122,8 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert np.mean(predicted == evaluation.y) == pytest.approx(summary["final_eval_accuracy"])
 
     # `hvdtrain eval` scores the latest checkpoint (epoch 5, the final weights) the same way,
-    # on the ranks training had and on another number of ranks (one process).
-    for eval_launcher, ranks in ((launcher, 2), ("single", 1)):
+    # on the ranks training had and (once, it needs no launcher) on one process.
+    for eval_launcher, ranks in [(launcher, 2), *([("single", 1)] if launcher == "mpi" else [])]:
         scored = launch(eval_launcher, ranks, hvdtrain("eval", "--run-dir", str(run_dir)))
         assert_ok(scored, f"hvdtrain eval on {ranks} ranks")
         lines = [line for line in scored.output.splitlines() if '"eval_accuracy"' in line]
