@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from hvdtrain import data, images, rundir
 from hvdtrain.config import DataConfig
+from hvdtrain.digit_files import NAMES, SORTED, digits_uint8, sample_photos, write_digits
 from hvdtrain.errors import UserError
-from image_tree import NAMES, SORTED, digits_uint8, sample_photos, write_digits
 
 N = 60  # digits 0..59: 6 per class on average, PNG (8x8) and JPEG (16x16) in each
 

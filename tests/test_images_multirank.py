@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import hvdtrain, launch, launcher_env
-from image_tree import SORTED, write_digit_tree, write_digits
+from hvdtrain.digit_files import SORTED, write_digit_tree, write_digits
 from test_multirank import assert_ok
 
 pytestmark = pytest.mark.multirank
