@@ -21,7 +21,7 @@ from hvdtrain.errors import UserError
 
 # The first bytes of the formats decoded here (tf.io.decode_image also reads GIF and BMP, but
 # hvdtrain promises JPEG and PNG).
-MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
+MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,30 @@ def _list(folder: Path) -> list[os.DirEntry]:
                         f"permissions") from None
 
 
-def _kind(path: str) -> str | None:
-    """JPEG, PNG, or None when the file starts like neither."""
+def is_image(path: str) -> bool:
+    """Whether ``path`` starts like a JPEG or PNG (OSError when it cannot be read)."""
     with open(path, "rb") as f:
         head = f.read(8)
-    return next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
+    return head.startswith(MAGIC)
+
+
+def checked_image(path: str) -> str:
+    """``path``, once it is known to start like a JPEG or PNG (else a UserError naming it)."""
+    try:
+        image = is_image(path)
+    except OSError as e:
+        raise UserError(f"image {path} is not readable ({e.strerror}): fix its permissions or "
+                        f"remove it") from None
+    if not image:
+        raise UserError(f"{path} is not a JPEG or PNG image: remove it from the folder (or "
+                        f"convert it)")
+    return path
+
+
+def entries(folder: str) -> tuple[list[str], list[str]]:
+    """The files and the sub-folders of ``folder``, sorted, hidden entries left out."""
+    listed = _list(Path(folder))
+    return [e.path for e in listed if e.is_file()], [e.path for e in listed if e.is_dir()]
 
 
 def scan(root: str, image_shape: tuple[int, ...], *, cache: bool = False) -> ImageFiles:
@@ -75,19 +94,10 @@ def scan(root: str, image_shape: tuple[int, ...], *, cache: bool = False) -> Ima
     paths: list[str] = []
     labels: list[int] = []
     for label, entry in enumerate(classes):
-        files = [e.path for e in _list(Path(entry.path)) if e.is_file()]
+        files = [checked_image(path) for path in entries(entry.path)[0]]
         if not files:
             raise UserError(f"class folder {entry.path} holds no images: add some, or remove "
                             f"the folder")
-        for path in files:
-            try:
-                kind = _kind(path)
-            except OSError as e:
-                raise UserError(f"image {path} is not readable ({e.strerror}): fix its "
-                                f"permissions or remove it") from None
-            if kind is None:
-                raise UserError(f"{path} is not a JPEG or PNG image: remove it from the class "
-                                f"folder (or convert it)")
         paths += files
         labels += [label] * len(files)
     return ImageFiles(tuple(paths), np.array(labels, np.int32), tuple(image_shape),

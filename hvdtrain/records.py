@@ -73,9 +73,13 @@ def check_labels(y: np.ndarray, num_classes: int, path: str) -> None:
                         f"--set data.num_classes={max(high + 1, 2)}")
 
 
-def scan(spec: str, image_shape: tuple[int, ...], num_classes: int) -> Records:
+def scan(spec: str, image_shape: tuple[int, ...], num_classes: int | None, *,
+         shape_from: str = "data.image_shape",
+         shape_fix: str = "pass the shape of the stored images") -> Records:
     """Counts the records of every file and checks each one parses, with the right image size
-    and labels in range, so that a bad file stops the run before training, on every rank."""
+    and labels in range (``num_classes``; None: any label), so that a bad file stops the run
+    before training, on every rank. ``shape_from`` and ``shape_fix``: where a wrong size's
+    message says the shape came from, and what to do."""
     want_bytes = math.prod(image_shape)
     counts = []
     files = resolve_files(spec)
@@ -87,10 +91,11 @@ def scan(spec: str, image_shape: tuple[int, ...], num_classes: int) -> Records:
             raise UserError(f"{path} holds no records")
         if np.any(lengths != want_bytes):
             got = int(lengths[lengths != want_bytes][0])
-            raise UserError(f"{path}: an image holds {got} bytes but data.image_shape="
-                            f"{','.join(map(str, image_shape))} needs {want_bytes}: pass the "
-                            f"shape of the stored images")
-        check_labels(labels, num_classes, path)
+            raise UserError(f"{path}: an image holds {got} bytes but {shape_from}="
+                            f"{','.join(map(str, image_shape))} needs {want_bytes}: "
+                            f"{shape_fix}")
+        if num_classes is not None:
+            check_labels(labels, num_classes, path)
         counts.append(len(labels))
     return Records(tuple(files), tuple(counts), tuple(image_shape))
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -54,6 +55,21 @@ def hvdtrain(*args: str) -> list[str]:
 @pytest.fixture(params=LAUNCHERS)
 def launcher(request) -> str:
     return request.param
+
+
+def assert_one_error_line(job: Launched, launcher: str, expected: str) -> str:
+    """A user error under a launcher: one 'hvdtrain: error:' line that holds ``expected``,
+    exit status 2, no rank's traceback, within a minute. Returns the line."""
+    errors = [line for line in job.output.splitlines() if "hvdtrain: error:" in line]
+    assert len(errors) == 1, job.output
+    assert expected in errors[0], errors[0]
+    if launcher == "gloo":  # horovodrun adds its own RuntimeError traceback; ranks must not
+        assert "exit with status code 2" in job.output, job.output
+        assert not re.search(r"^\[\d+\]<std(out|err)>:Traceback", job.output, re.M), job.output
+    else:
+        assert job.returncode == 2 and "Traceback" not in job.output, job.output
+    assert job.seconds < 60
+    return errors[0]
 
 
 # ---------------------------------------------------------------------------------------------
