@@ -9,6 +9,7 @@ import pytest
 
 from conftest import hvdtrain, launcher_env
 from hvdtrain.bench import allreduce, peers, project, scaling, suite, versus_horovod
+from hvdtrain.bench import input as input_bench
 
 
 def test_total_rate_counts_every_rank_at_the_slowest_ranks_time():
@@ -55,6 +56,21 @@ def test_summaries_and_parsers():
     assert versus_horovod.horovod_rates(output) == [15.2, 15.8]
 
 
+def test_input_rows_pair_each_model_with_the_sources_of_its_input():
+    raw = {"steps": [{"model": "mlp", "preset": "digits-mlp", "shape": [8, 8, 1],
+                      "batch_size": 32, "rates": [100.0, 110.0, 90.0]}],
+           "pipelines": [{"source": "npz", "shape": [8, 8, 1], "batch_size": 32,
+                          "rates": [250.0, 150.0]},
+                         {"source": "images", "shape": [8, 8, 1], "batch_size": 32,
+                          "rates": [150.0]},
+                         {"source": "npz", "shape": [32, 32, 3], "batch_size": 64,
+                          "rates": [1.0]}]}   # another model's input: not paired with mlp
+    rows = {r["source"]: r for r in input_bench.compare(raw)}
+    assert set(rows) == {"npz", "images"}
+    assert rows["npz"]["ratio"] == pytest.approx(2.0) and rows["npz"]["meets_goal"]
+    assert rows["images"]["ratio"] == pytest.approx(1.5) and not rows["images"]["meets_goal"]
+
+
 def test_readme_block_is_replaced_and_a_missing_block_is_refused(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n{suite.BEGIN}\nold\n{suite.END}\nafter\n")
@@ -74,7 +90,7 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
                           env=launcher_env(), capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    for name in ("scaling", "allreduce", "peers", "project"):
+    for name in ("scaling", "allreduce", "peers", "project", "input"):
         for suffix in (".json", ".md", ".png"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
 
@@ -109,3 +125,21 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     for row in projected["rows"]:
         e = [row["efficiency"][str(n)] for n in projected["ranks"]]
         assert all(0 < x <= 1 for x in e) and e == sorted(e, reverse=True), row
+
+
+@pytest.mark.multirank
+def test_quick_input_benchmark_measures_every_source(tmp_path):
+    done = subprocess.run(hvdtrain("bench", "input", "--quick", "--out", str(tmp_path)),
+                          env=launcher_env(), capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "input.json").read_text())
+    rows = result["results"]
+    assert {r["source"] for r in rows} == set(input_bench.SOURCES)
+    assert {r["model"] for r in rows} == {"mlp"} and len(rows) == len(input_bench.SOURCES)
+    for r in rows:
+        assert r["pipeline_samples_per_sec"]["min"] > 0 and r["step_samples_per_sec"]["min"] > 0
+        assert r["ratio"] > 0 and r["meets_goal"] == (r["ratio"] >= input_bench.GOAL)
+    assert result["threads"] == 1 and len(result["cores"]) == 1   # one rank's budget
+    assert (tmp_path / "input.png").stat().st_size > 0
+    assert "| mlp | 8x8x1, 32 | images |" in (tmp_path / "input.md").read_text()
