@@ -79,13 +79,23 @@ def _remove_unfinished(root: Path) -> None:
 
 def restore(checkpoint: tf.train.Checkpoint, path: Path) -> None:
     """Loads weights and optimizer state; a checkpoint of another model is a user error."""
+    _read(checkpoint, path, "this model and optimizer", "resume with the config it was "
+          "written with, or use a new run_dir")
+
+
+def restore_weights(model: tf.keras.Model, path: Path) -> None:
+    """Loads the model's weights alone (``hvdtrain predict``: no optimizer)."""
+    status = _read(tf.train.Checkpoint(model=model), path, "the model of its run's "
+                   "config.json", "was config.json changed after training?")
+    status.expect_partial()  # the optimizer's slots are left in the file, on purpose
+
+
+def _read(checkpoint: tf.train.Checkpoint, path: Path, what: str, fix: str):
     try:
-        checkpoint.read(str(path / "ckpt")).assert_existing_objects_matched()
+        return checkpoint.read(str(path / "ckpt")).assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"checkpoint {path} does not fit this model and optimizer ({first}): "
-                        f"resume with the config it was written with, or use a new run_dir"
-                        ) from None
+        raise UserError(f"checkpoint {path} does not fit {what} ({first}): {fix}") from None
 
 
 def _write_json(path: Path, obj: dict) -> None:

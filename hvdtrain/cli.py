@@ -1,8 +1,9 @@
-"""``hvdtrain train|eval|data|bench``: the only reader of sys.argv.
+"""``hvdtrain train|eval|predict|data|bench``: the only reader of sys.argv.
 
     hvdtrain train --preset digits                          # one process
     horovodrun -np 2 -H localhost:2 --gloo hvdtrain train   # 2 ranks over Gloo
     mpirun -np 2 hvdtrain train --set train.epochs=5        # 2 ranks over MPI
+    mpirun -np 2 hvdtrain predict --run-dir RUN photos/     # a CSV of predicted classes
     hvdtrain data convert photos/ shards/ --image-shape 64,64,3   # one process
 """
 from __future__ import annotations
@@ -77,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--run-dir", required=True, help="a run directory written by train")
     evaluate.add_argument("--set", dest="assignments", action="append", default=[],
                           metavar="KEY=VALUE", help="override a saved key (e.g. data.eval_path)")
+    _add_predict_parser(sub)
     _add_data_parser(sub)
     # hvdtrain bench scaling|allreduce|peers|project|all: its own parser, in hvdtrain.bench,
     # which is imported for this command alone.
@@ -84,6 +86,24 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="scaling benchmarks: figures as JSON, Markdown tables and PNG "
                                  "plots ('hvdtrain bench --help')")
     return parser
+
+
+def _add_predict_parser(sub) -> None:
+    predict = sub.add_parser(
+        "predict", help="a trained model over images, an .npz or TFRecord files: a CSV of "
+                        "predicted classes (any number of ranks)",
+        description="Run RUN_DIR's exported model (or, without one, its latest checkpoint) "
+                    "over INPUT: a folder of JPEG/PNG images (flat or one sub-folder per "
+                    "class), an image, an .npz file (array x) or TFRecord files; without "
+                    "INPUT, over the run's eval set. Writes a CSV of input, class and "
+                    "probability in input order (rank 0); an existing file is refused.")
+    predict.add_argument("input", nargs="?", default="", metavar="INPUT")
+    predict.add_argument("--run-dir", required=True, help="a run directory written by train")
+    predict.add_argument("--out", metavar="FILE.csv",
+                         help="where rank 0 writes the CSV (default RUN_DIR/predictions.csv)")
+    predict.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    predict.add_argument("--batch-size", type=int, default=256,
+                         help="inputs per batch on each rank (default 256)")
 
 
 def _add_data_parser(sub) -> None:
@@ -140,8 +160,12 @@ def _train_config(args: argparse.Namespace) -> config_lib.Config:
     return presets.build_config(args.preset, args.config, args.assignments, extra)
 
 
-def _eval_config(args: argparse.Namespace) -> config_lib.Config:
+def _saved_config(args: argparse.Namespace) -> config_lib.Config:
+    """eval and predict: the run's config.json, with eval's --set on top."""
     saved = Path(args.run_dir) / "config.json"
+    if not Path(args.run_dir).is_dir():
+        raise UserError(f"run dir {args.run_dir} does not exist: pass the --run-dir of a "
+                        f"training run")
     try:
         values = json.loads(saved.read_text())
     except FileNotFoundError:
@@ -149,7 +173,14 @@ def _eval_config(args: argparse.Namespace) -> config_lib.Config:
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read {saved}: {e}") from None
     base = overrides.from_dict(values)
-    return overrides.with_overrides(base, overrides.parse_assignments(args.assignments))
+    return overrides.with_overrides(
+        base, overrides.parse_assignments(getattr(args, "assignments", [])))
+
+
+def _predict_request(args: argparse.Namespace):
+    from hvdtrain import predict  # TensorFlow loads here (nothing runs before dist.init)
+    return predict.request(args.run_dir, args.input, args.out, overwrite=args.overwrite,
+                           batch_size=args.batch_size)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -161,23 +192,26 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "data":
             return _data_convert(args)
-        try:
-            cfg = _train_config(args) if args.command == "train" else _eval_config(args)
-        except UserError as e:  # argv is the same on every rank, so is this error
-            raise UserError(str(e), shared=True) from None
         launching.quiet_tensorflow()
-        from hvdtrain import dist, trainer  # TensorFlow and Horovod load here, not at import
+        try:  # argv (and the files it names) are the same on every rank, so is this error
+            cfg = _train_config(args) if args.command == "train" else _saved_config(args)
+            request = _predict_request(args) if args.command == "predict" else None
+        except UserError as e:
+            raise UserError(str(e), shared=True) from None
+        from hvdtrain import dist, predict, trainer  # TensorFlow and Horovod load here
 
         elastic = args.command == "train" and args.elastic
         world = dist.init(device=cfg.run.device, intra_op_threads=cfg.run.intra_op_threads,
                           inter_op_threads=cfg.run.inter_op_threads,
-                          # eval must not overwrite the training run's timeline
+                          # eval and predict must not overwrite the training run's timeline
                           options=cfg.horovod if args.command == "train" else None,
                           stall_warning_s=cfg.run.stall_warning_s,
                           stall_abort_s=cfg.run.stall_abort_s, elastic=elastic)
         try:
             if args.command == "train":
                 trainer.Trainer(cfg, world, resume=args.resume, elastic=elastic).train()
+            elif args.command == "predict":
+                predict.run(request, cfg, world)
             else:
                 result = trainer.Trainer(cfg, world).evaluate_checkpoint(Path(args.run_dir))
                 if world.is_chief:

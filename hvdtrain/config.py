@@ -17,6 +17,7 @@ from hvdtrain.errors import UserError
 
 # The choices of each string key: the type documents them, and ``_check_choices`` enforces them.
 DataSource = Literal["synthetic", "digits", "npz", "tfrecord", "images"]
+DataCache = Literal["auto", "on", "off"]
 OptimizerName = Literal["sgd", "adam"]
 LrScaling = Literal["linear", "sqrt", "none"]
 LrDecay = Literal["constant", "cosine"]
@@ -54,8 +55,9 @@ class DataConfig:
     shuffle: bool = _help("reshuffle each rank's shard every epoch (seeded by train.seed "
                           "and the epoch)", default=True)
     shuffle_buffer: int = _help("tfrecord: records held in the shuffle buffer", default=10_000)
-    cache: bool = _help("images: decode each rank's images once and keep them in memory "
-                        "(for data sets that fit)", default=False)
+    cache: DataCache = _help("images: decode each rank's images once and keep them in memory: "
+                             "on, off, or auto (when the rank's share needs at most 1 GiB "
+                             "decoded)", default="auto")
     verify_images: bool = _help("images: before training, every rank decodes its share of "
                                 "the files once, so that a corrupt file stops the run at "
                                 "once, named; off: a corrupt file fails the rank that reads "

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, TextIO
+from typing import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -27,37 +24,7 @@ import tensorflow as tf
 from hvdtrain import checkpoints, data, images, records
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
-
-
-@dataclass
-class Progress:
-    """A progress bar on a terminal (redrawn at most 10 times a second), else a line every
-    ``every_s`` seconds; always a last line."""
-    total: int
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
-    every_s: float = 10.0
-    clock: Callable[[], float] = time.monotonic
-    done: int = 0
-
-    def __post_init__(self) -> None:
-        self.tty = self.stream.isatty()
-        self._start = self._last = self.clock()
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        now = self.clock()
-        if self.done < self.total and now - self._last < (0.1 if self.tty else self.every_s):
-            return
-        self._last = now
-        rate = self.done / max(now - self._start, 1e-9)
-        left = (self.total - self.done) / rate if rate else 0.0
-        width = 30
-        bar = "#" * (width * self.done // max(self.total, 1))
-        text = (f"converting [{bar:<{width}}] {self.done}/{self.total} samples "
-                f"{rate:,.0f}/s {left:.0f}s left")
-        end = "\n" if not self.tty or self.done >= self.total else ""
-        self.stream.write(("\r" if self.tty else "") + text + end)
-        self.stream.flush()
+from hvdtrain.progress import Progress
 
 
 def _uint8(x: np.ndarray, where: str) -> np.ndarray:

@@ -36,6 +36,7 @@ class Arrays:
 
 
 Split = Arrays | Records | images.ImageFiles
+DIGITS_SHAPE = (8, 8, 1)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,18 @@ def load(cfg: DataConfig, seed: int) -> DataSet:
     if cfg.source == "images":
         return _images(cfg, seed)
     return _tfrecord(cfg)
+
+
+def input_shape(cfg: DataConfig) -> tuple[int, ...]:
+    """The shape of one input of the configured source, without reading its samples where the
+    config or a sidecar says it (an .npz file is read)."""
+    if cfg.source == "digits":
+        return DIGITS_SHAPE
+    if cfg.source == "npz":
+        return tuple(read_npz(cfg.path).x.shape[1:])
+    meta = records.read_sidecar(cfg.path) if cfg.source == "tfrecord" and os.path.isdir(
+        cfg.path) else None
+    return tuple(meta["image_shape"]) if meta else tuple(cfg.image_shape)
 
 
 def _images(cfg: DataConfig, seed: int) -> DataSet:
@@ -102,16 +115,16 @@ def _digits() -> DataSet:
     # A fixed split (the same on every machine and run): every 5th sample is held out.
     is_eval = np.arange(len(y)) % 5 == 0
     train, evaluation = Arrays(x[~is_eval], y[~is_eval]), Arrays(x[is_eval], y[is_eval])
-    return DataSet(train, evaluation, (8, 8, 1), 10,
+    return DataSet(train, evaluation, DIGITS_SHAPE, 10,
                    f"digits {len(train)} train + {len(evaluation)} eval, 8x8x1")
 
 
 def _npz(cfg: DataConfig, seed: int) -> DataSet:
-    data = _read_npz(cfg.path)
+    data = read_npz(cfg.path)
     num_classes = cfg.num_classes or int(data.y.max()) + 1
     records.check_labels(data.y, num_classes, cfg.path)
     if cfg.eval_path:
-        evaluation = _read_npz(cfg.eval_path)
+        evaluation = read_npz(cfg.eval_path)
         records.check_labels(evaluation.y, num_classes, cfg.eval_path)
         if evaluation.x.shape[1:] != data.x.shape[1:]:
             raise UserError(f"{cfg.eval_path} holds inputs of shape {evaluation.x.shape[1:]} but "
@@ -123,21 +136,25 @@ def _npz(cfg: DataConfig, seed: int) -> DataSet:
                    f"npz {len(train)} train + {len(evaluation)} eval, {data.x.shape[1:]}")
 
 
-def _read_npz(path: str) -> Arrays:
+def read_npz(path: str, *, labels: bool = True) -> Arrays:
+    """Arrays ``x`` (uint8 scaled to [0, 1]) and ``y`` of an .npz file, checked; without
+    ``labels`` (``hvdtrain predict``) ``y`` may be absent and is not read."""
     if not os.path.exists(path):
         raise UserError(f"data file {path} does not exist: check data.path / data.eval_path")
+    needed = ("x", "y") if labels else ("x",)
     try:
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
             raise UserError(f"{path} is a single .npy array, not an .npz archive: save it with "
                             f"np.savez(path, x=inputs, y=labels)")
         with loaded as npz:
-            missing = [k for k in ("x", "y") if k not in npz.files]
+            missing = [k for k in needed if k not in npz.files]
             if missing:
                 raise UserError(f"{path} has no array {' or '.join(missing)} (it holds "
                                 f"{', '.join(npz.files) or 'nothing'}): save it with "
                                 f"np.savez(path, x=inputs, y=labels)")
-            x, y = npz["x"], npz["y"]
+            x = npz["x"]
+            y = npz["y"] if labels else np.zeros(len(x), np.int32)
     except PermissionError:
         raise UserError(f"data file {path} is not readable (permission denied)") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:

@@ -8,6 +8,7 @@ sharding takes ``rank`` and ``size`` as arguments.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,10 @@ from hvdtrain import sharding
 from hvdtrain.tfdata import TrainStream, indexed_train, with_thread_budget
 from hvdtrain.errors import UserError
 
+AUTO_CACHE_BYTES = 1 << 30    # data.cache=auto: a rank's decoded share (float32) up to 1 GiB
 # The first bytes of the formats decoded here (tf.io.decode_image also reads GIF and BMP, but
 # hvdtrain promises JPEG and PNG).
-MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
+MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class ImageFiles:
     labels: np.ndarray           # int32 [n], ids into class_names
     image_shape: tuple[int, int, int]
     class_names: tuple[str, ...]
-    cache: bool = False          # decode once and keep the images in memory (data.cache)
+    cache: str = "off"           # data.cache: on, off, auto (see ``cached``)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -57,14 +59,33 @@ def _list(folder: Path) -> list[os.DirEntry]:
                         f"permissions") from None
 
 
-def _kind(path: str) -> str | None:
-    """JPEG, PNG, or None when the file starts like neither."""
+def is_image(path: str) -> bool:
+    """Whether ``path`` starts like a JPEG or PNG (OSError when it cannot be read)."""
     with open(path, "rb") as f:
         head = f.read(8)
-    return next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
+    return head.startswith(MAGIC)
 
 
-def scan(root: str, image_shape: tuple[int, ...], *, cache: bool = False) -> ImageFiles:
+def checked_image(path: str) -> str:
+    """``path``, once it is known to start like a JPEG or PNG (else a UserError naming it)."""
+    try:
+        image = is_image(path)
+    except OSError as e:
+        raise UserError(f"image {path} is not readable ({e.strerror}): fix its permissions or "
+                        f"remove it") from None
+    if not image:
+        raise UserError(f"{path} is not a JPEG or PNG image: remove it from the folder (or "
+                        f"convert it)")
+    return path
+
+
+def entries(folder: str) -> tuple[list[str], list[str]]:
+    """The files and the sub-folders of ``folder``, sorted, hidden entries left out."""
+    listed = _list(Path(folder))
+    return [e.path for e in listed if e.is_file()], [e.path for e in listed if e.is_dir()]
+
+
+def scan(root: str, image_shape: tuple[int, ...], *, cache: str = "off") -> ImageFiles:
     """Every image of ``root``'s class folders, checked cheaply (the folders are readable, no
     class is empty, every file starts like a JPEG or PNG); the content is checked by
     ``undecodable``."""
@@ -75,19 +96,10 @@ def scan(root: str, image_shape: tuple[int, ...], *, cache: bool = False) -> Ima
     paths: list[str] = []
     labels: list[int] = []
     for label, entry in enumerate(classes):
-        files = [e.path for e in _list(Path(entry.path)) if e.is_file()]
+        files = [checked_image(path) for path in entries(entry.path)[0]]
         if not files:
             raise UserError(f"class folder {entry.path} holds no images: add some, or remove "
                             f"the folder")
-        for path in files:
-            try:
-                kind = _kind(path)
-            except OSError as e:
-                raise UserError(f"image {path} is not readable ({e.strerror}): fix its "
-                                f"permissions or remove it") from None
-            if kind is None:
-                raise UserError(f"{path} is not a JPEG or PNG image: remove it from the class "
-                                f"folder (or convert it)")
         paths += files
         labels += [label] * len(files)
     return ImageFiles(tuple(paths), np.array(labels, np.int32), tuple(image_shape),
@@ -171,6 +183,14 @@ def decoder(image_shape: tuple[int, ...]):
     return decode
 
 
+def cached(split: ImageFiles, count: int) -> bool:
+    """Whether a rank keeps its ``count`` images in memory once decoded (data.cache: on, off,
+    auto: when they fit). Decoding a small image can cost more than a small model's step."""
+    if split.cache == "auto":
+        return count * 4 * math.prod(split.image_shape) <= AUTO_CACHE_BYTES
+    return split.cache == "on"
+
+
 def decoded(paths, image_shape: tuple[int, ...]) -> tf.data.Dataset:
     """The images of ``paths`` in order, decoded in parallel."""
     ds = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string)).map(
@@ -179,8 +199,13 @@ def decoded(paths, image_shape: tuple[int, ...]) -> tf.data.Dataset:
 
 
 def decode_all(paths, image_shape: tuple[int, ...]) -> np.ndarray:
-    """The images of ``paths`` as one float32 array [n, *image_shape] (data.cache)."""
-    chunks = list(decoded(paths, image_shape).batch(256).as_numpy_iterator())
+    """The images of ``paths`` as one float32 array [n, *image_shape] (data.cache); a file
+    that fails (data.verify_images off) is named."""
+    try:
+        chunks = list(decoded(paths, image_shape).batch(256).as_numpy_iterator())
+    except tf.errors.OpError:
+        check_decodable(paths, image_shape[-1])
+        raise
     return (np.concatenate(chunks) if chunks
             else np.zeros((0, *image_shape), np.float32))
 
@@ -258,7 +283,7 @@ def train_stream(split: ImageFiles, rank: int, size: int, batch_size: int, first
     own = own_indices(split, rank, size)
     orders = sharding.orders_of(own, padded_width(split, size, rank, pad), rank,
                                 first_epoch, epochs, seed, shuffle)
-    if split.cache:  # decode this rank's files once; batches gather from memory
+    if cached(split, len(own)):  # decode this rank's files once; batches gather from memory
         x = tf.constant(decode_all([split.paths[i] for i in own], split.image_shape))
         y = tf.constant(split.labels[own])
         return indexed_train(np.searchsorted(own, orders), batch_size,
@@ -273,4 +298,4 @@ def eval_images(split: ImageFiles, rank: int, size: int) -> tf.data.Dataset:
     own = sharding.shard_indices(len(split), rank, size)
     ds = tf.data.Dataset.zip((decoded([split.paths[i] for i in own], split.image_shape),
                               tf.data.Dataset.from_tensor_slices(split.labels[own])))
-    return ds.cache() if split.cache else ds
+    return ds.cache() if cached(split, len(own)) else ds

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import assert_ok, hvdtrain, run_job
 from hvdtrain.bench import allreduce, peers, project, scaling, suite, versus_horovod
+from hvdtrain.bench import input as input_bench
 
 
 def test_total_rate_counts_every_rank_at_the_slowest_ranks_time():
@@ -55,6 +56,21 @@ def test_summaries_and_parsers():
     assert versus_horovod.horovod_rates(output) == [15.2, 15.8]
 
 
+def test_input_rows_pair_each_model_with_the_sources_of_its_input():
+    raw = {"steps": [{"model": "mlp", "preset": "digits-mlp", "shape": [8, 8, 1],
+                      "batch_size": 32, "rates": [100.0, 110.0, 90.0]}],
+           "pipelines": [{"source": "npz", "shape": [8, 8, 1], "batch_size": 32,
+                          "rates": [250.0, 150.0]},
+                         {"source": "images", "shape": [8, 8, 1], "batch_size": 32,
+                          "rates": [150.0]},
+                         {"source": "npz", "shape": [32, 32, 3], "batch_size": 64,
+                          "rates": [1.0]}]}   # another model's input: not paired with mlp
+    rows = {r["source"]: r for r in input_bench.compare(raw)}
+    assert set(rows) == {"npz", "images"}
+    assert rows["npz"]["ratio"] == pytest.approx(2.0) and rows["npz"]["meets_goal"]
+    assert rows["images"]["ratio"] == pytest.approx(1.5) and not rows["images"]["meets_goal"]
+
+
 def test_readme_block_is_replaced_and_a_missing_block_is_refused(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n{suite.BEGIN}\nold\n{suite.END}\nafter\n")
@@ -83,7 +99,7 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     out = tmp_path / "results"
     done = run_job(hvdtrain("bench", "all", "--quick", "--out", str(out)), timeout=840)
     assert_ok(done, "hvdtrain bench all --quick")
-    for name in ("scaling", "allreduce", "peers", "project"):
+    for name in ("scaling", "allreduce", "peers", "project", "input"):
         for suffix in (".json", ".md", ".png"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
     scaled = json.loads((out / "scaling.json").read_text())
@@ -95,6 +111,7 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     for r in compared.values():
         assert r["samples_per_sec"]["median"] > 0 and r["final_eval_accuracy"] > 0.5, r
     check_projection(json.loads((out / "project.json").read_text()), scaled, reduced)
+    check_input(json.loads((out / "input.json").read_text()), (out / "input.md").read_text())
 
 
 def check_scaling(scaled: dict) -> None:
@@ -154,3 +171,15 @@ def check_projection(projected: dict, scaled: dict, reduced: dict) -> None:
             ring = 2 * (n - 1) * link["latency_s"] + 2 * (n - 1) / n * size * link[
                 "seconds_per_byte"]
             assert row["efficiency"][str(n)] == pytest.approx(t_c / (t_c + ring)), (row, n)
+
+
+def check_input(result: dict, markdown: str) -> None:
+    """``bench input`` (quick: the MLP's step against every source's pipeline)."""
+    rows = result["results"]
+    assert {r["source"] for r in rows} == set(input_bench.SOURCES)
+    assert {r["model"] for r in rows} == {"mlp"} and len(rows) == len(input_bench.SOURCES)
+    for r in rows:
+        assert r["pipeline_samples_per_sec"]["min"] > 0 and r["step_samples_per_sec"]["min"] > 0
+        assert r["ratio"] > 0 and r["meets_goal"] == (r["ratio"] >= input_bench.GOAL)
+    assert result["threads"] == 1 and len(result["cores"]) == 1   # one rank's budget
+    assert "| mlp | 8x8x1, 32 | images |" in markdown

@@ -17,8 +17,8 @@ import pytest
 from conftest import hvdtrain, launcher_env
 from hvdtrain import convert, data, records
 from hvdtrain.config import DataConfig
+from hvdtrain.digit_files import SORTED, write_digits
 from hvdtrain.errors import UserError
-from image_tree import SORTED, write_digits
 
 N = 80
 

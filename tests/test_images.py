@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from hvdtrain import data, images, rundir
 from hvdtrain.config import DataConfig
+from hvdtrain.digit_files import NAMES, SORTED, digits_uint8, sample_photos, write_digits
 from hvdtrain.errors import UserError
-from image_tree import NAMES, SORTED, digits_uint8, sample_photos, write_digits
 
 N = 60  # digits 0..59: 6 per class on average, PNG (8x8) and JPEG (16x16) in each
 
@@ -139,7 +139,7 @@ def test_resumed_image_stream_equals_the_uninterrupted_one(tree):
 
 def test_cache_gives_the_same_batches(tree):
     split = images.scan(str(tree), (8, 8, 1))
-    cached = images.scan(str(tree), (8, 8, 1), cache=True)
+    cached = images.scan(str(tree), (8, 8, 1), cache="on")
     _, plain = _batches(split, 1)
     _, kept = _batches(cached, 1)
     assert len(plain) == len(kept)
@@ -150,7 +150,7 @@ def test_cache_gives_the_same_batches(tree):
 
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_eval_is_disjoint_complete_and_unpadded(tree, size):
-    split = images.scan(str(tree), (8, 8, 1), cache=size == 2)
+    split = images.scan(str(tree), (8, 8, 1), cache="on" if size == 2 else "off")
     want = images.decode_all(split.paths, (8, 8, 1))
     seen = []
     for rank in range(size):

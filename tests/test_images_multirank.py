@@ -15,7 +15,7 @@ import pytest
 
 from conftest import (assert_ok, assert_stopped_with_one_line, exported_model, hvdtrain, launch,
                       launcher_env)
-from image_tree import SORTED, write_digit_tree, write_digits
+from hvdtrain.digit_files import SORTED, write_digit_tree, write_digits
 
 pytestmark = pytest.mark.multirank
 

@@ -91,7 +91,7 @@ def synthetic_sizes(ranks: int, batch_size: int, steps_per_epoch: int) -> tuple[
 # ---------------------------------------------------------------------------------------------
 # Rank side
 
-def _step_timer():
+def step_timer():
     import tensorflow as tf
 
     class StepTimer(tf.keras.callbacks.Callback):
@@ -120,7 +120,7 @@ def rank_main(options: dict[str, Any]) -> None:
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])
     world = dist.init(device="cpu", intra_op_threads=cfg.run.intra_op_threads,
                       inter_op_threads=cfg.run.inter_op_threads)
-    timer = _step_timer()
+    timer = step_timer()
     summary = trainer.Trainer(cfg, world, extra_callbacks=[timer]).train()
 
     warmup = options["warmup_epochs"]

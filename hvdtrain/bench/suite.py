@@ -3,6 +3,7 @@ and rewrites the results block of benchmarks/README.md."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
@@ -31,7 +32,9 @@ def parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
              "peers": "hvdtrain against MultiWorkerMirroredStrategy, ParameterServerStrategy "
                       "and one process, on digits",
              "project": "ring-model efficiency at 8, 64, 512 ranks from the measured figures",
-             "all": "all four, then the results block of --readme"}
+             "input": "one rank's input pipeline against its training step, every source "
+                      "and bundled model (samples/s)",
+             "all": "all five, then the results block of --readme"}
     for name, text in helps.items():
         p = kinds.add_parser(name, help=text, description=text)
         p.add_argument("--out", default=DEFAULT_OUT,
@@ -49,6 +52,10 @@ def parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
             p.add_argument("--horovod-synthetic", metavar="PATH", type=Path,
                            help="Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark"
                                 ".py: also compare with it (skipped when absent)")
+        if name == "input":
+            p.add_argument("--threads", type=int, default=1,
+                           help="the rank's cores and intra-op threads (default 1: one core "
+                                "per rank, as bench scaling)")
         if name in ("project", "all"):
             p.add_argument("--link-gbitps", type=float, default=25.0,
                            help="cluster link bandwidth for the projection (default 25)")
@@ -70,6 +77,13 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
     return values
 
 
+def _threads(threads: int) -> int:
+    if not 1 <= threads <= len(os.sched_getaffinity(0)):
+        raise UserError(f"--threads={threads}: expected 1 to the {len(os.sched_getaffinity(0))} "
+                        f"cores this process may use")
+    return threads
+
+
 def _models(text: str | None, quick: bool) -> list[str]:
     from hvdtrain.bench.scaling import WORKLOADS
     names = (text or ("mlp" if quick else "mobilenetv2,resnet_small")).split(",")
@@ -87,6 +101,7 @@ def main(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> in
 
 def run(args: argparse.Namespace) -> int:
     from hvdtrain.bench import allreduce, peers, project, scaling, versus_horovod
+    from hvdtrain.bench import input as input_bench
     out = Path(args.out)
     started = time.monotonic()
     kind = args.benchmark
@@ -105,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             peers.run(out, quick=quick)
         if kind in ("project", "all"):
             project.run(out, link_gbitps=args.link_gbitps, latency_us=args.latency_us)
+        if kind in ("input", "all"):
+            input_bench.run(out, quick=quick, threads=_threads(getattr(args, "threads", 1)))
     except common.BenchError as e:
         print(f"hvdtrain bench: {e}", file=sys.stderr, flush=True)
         return 1
@@ -126,7 +143,8 @@ def results_block(out: Path, readme: Path, command: str) -> str:
     for name, title in [("scaling", "Throughput against world size"),
                         ("allreduce", "All-reduce bus bandwidth"),
                         ("peers", "hvdtrain against tf.distribute's strategies"),
-                        ("project", "Projection past this machine")]:
+                        ("project", "Projection past this machine"),
+                        ("input", "Input pipeline against the training step")]:
         parts += [f"### {title}", "", (out / f"{name}.md").read_text().rstrip(), "",
                   f"![{name}]({rel / (name + '.png')})", ""]
     parts.append(END)

@@ -230,6 +230,7 @@ def rank0_then_all(work: Callable[[], T], world: World) -> T:
 #   elastic_state(model, optimizer, **values)  what elastic training commits and syncs
 #   run_elastic(train)                         the elastic retry loop around ``train(state)``
 #   save_model(model, path)                    the export format this Keras loads back
+#   load_model(folder)                         that export, uncompiled, for inference
 #   scale_loss(optimizer, loss)                a LossScaleOptimizer's scaled loss ...
 #   unscale_gradients(optimizer, gradients)    ... and its gradients unscaled
 
@@ -267,6 +268,11 @@ def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
 
 def save_model(model: tf.keras.Model, path: Path) -> None:
     _keras_binding().save_model(model, path)
+
+
+def load_model(folder: Path) -> tf.keras.Model:
+    """The model ``save_model`` exported into ``folder`` (RUN_DIR/model), for inference."""
+    return _keras_binding().load_model(folder)
 
 
 def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:

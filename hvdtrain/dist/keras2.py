@@ -60,6 +60,11 @@ def save_model(model: tf.keras.Model, path: Path) -> None:
     model.save(str(path), include_optimizer=False, save_format="tf")
 
 
+def load_model(folder: Path) -> tf.keras.Model:
+    # Keras 2 reads the SavedModel directory back; no optimizer is needed to predict.
+    return tf.keras.models.load_model(str(folder), compile=False)
+
+
 def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
     return optimizer.get_scaled_loss(loss)  # Keras 2's LossScaleOptimizer
 
