@@ -6,7 +6,7 @@ Everything here depends on which Keras is installed; ``hvdtrain.dist`` picks thi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import tensorflow as tf
 
@@ -37,6 +37,20 @@ def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.Gradie
                                        op=reduce_op(options))
 
 
+def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
+    hvd.broadcast_variables(list(variables), root_rank=root_rank)  # Horovod: root's values
+
+
+def broadcast_callback(root_rank: int = 0) -> tf.keras.callbacks.Callback:
+    # Horovod: after the first batch (Keras 2 creates the optimizer's slots in it), root's
+    # weights and optimizer state on every rank.
+    return hvd_keras.callbacks.BroadcastGlobalVariablesCallback(root_rank)
+
+
+def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list[tf.Variable]:
+    return list(optimizer.variables())  # a method in Keras 2
+
+
 def metric_average_callback() -> tf.keras.callbacks.Callback:
     # Horovod: the epoch's train metrics become the mean over ranks before anyone logs them.
     return hvd_keras.callbacks.MetricAverageCallback()
@@ -58,6 +72,10 @@ def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
 def save_model(model: tf.keras.Model, path: Path) -> None:
     # Keras 2 writes a TensorFlow SavedModel directory (tf.keras.models.load_model reads it).
     model.save(str(path), include_optimizer=False, save_format="tf")
+
+
+def load_model(path: Path) -> tf.keras.Model:
+    return tf.keras.models.load_model(str(path), compile=False)
 
 
 def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
