@@ -69,8 +69,8 @@ def test_converted_shards_train_to_the_same_bar(digit_tree, tmp_path):
 
 
 def _weights(run_dir: Path) -> list[np.ndarray]:
-    import tensorflow as tf
-    return tf.keras.models.load_model(str(run_dir / "model")).get_weights()
+    from hvdtrain import dist
+    return dist.load_model(run_dir / "model").get_weights()
 
 
 @pytest.mark.parametrize("source", ["images", "tfrecord"])

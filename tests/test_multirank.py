@@ -11,7 +11,7 @@ import pytest
 
 from conftest import hvdtrain, launch, worker
 
-pytestmark = pytest.mark.multirank
+pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
 # A small, fast, deterministic job for the numerical checks.
 EXACT = ["--set", "data.num_samples=333", "--set", "run.tensorboard=false",
@@ -65,7 +65,10 @@ def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, tmp_path)
     one_rank = run(1, "single", 32, "one")
     for a, b in zip(two_ranks, one_rank):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
-    # The check is sharp: one rank at batch 16 (half the global batch) ends elsewhere.
+    # The check is sharp: the same 2 ranks with the all-reduce left out (a wrapper that
+    # silently does nothing) end elsewhere, and so does one rank at batch 16.
+    not_reduced = run(2, launcher, 16, "not-reduced", "--skip-allreduce")
+    assert max(np.abs(a - b).max() for a, b in zip(not_reduced, one_rank)) > 1e-3
     half_batch = run(1, "single", 16, "half")
     assert max(np.abs(a - b).max() for a, b in zip(half_batch, one_rank)) > 1e-3
 
@@ -97,9 +100,8 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["train"]["epochs"] == 5
 
     # The exported model is the trained one: it scores the reported accuracy on its own.
-    import tensorflow as tf
-    from hvdtrain import data, presets
-    model = tf.keras.models.load_model(str(run_dir / "model"))
+    from hvdtrain import data, dist, presets
+    model = dist.load_model(run_dir / "model")
     evaluation = data.load(presets.digits().data, seed=42).eval
     predicted = np.argmax(model.predict(evaluation.x, verbose=0), axis=1)
     assert np.mean(predicted == evaluation.y) == pytest.approx(summary["final_eval_accuracy"])
@@ -127,9 +129,9 @@ def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(tmp_path):
     assert "resuming" in job.output and "after epoch 2" in job.output
     assert re.findall(r"epoch (\d)/4 +loss", job.output) == ["3", "4"]
 
-    import tensorflow as tf
-    a = tf.keras.models.load_model(str(straight / "model")).get_weights()
-    b = tf.keras.models.load_model(str(resumed / "model")).get_weights()
+    from hvdtrain import dist
+    a = dist.load_model(straight / "model").get_weights()
+    b = dist.load_model(resumed / "model").get_weights()
     for x, y in zip(a, b):
         np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
     epochs = [json.loads(l)["epoch"] for l in (resumed / "metrics.jsonl").read_text().splitlines()]
