@@ -4,15 +4,16 @@
 # a second run checks and skips in a few seconds. `--with-test-tools` adds what the tests need.
 #
 # HVDTRAIN_STACK picks the stack, each in a virtualenv of its own (HVDTRAIN_VENV overrides):
-#   keras3  TensorFlow 2.18 with Keras 3, hvdtrain's own Horovod binding       (.venv)
+#   keras3  TensorFlow 2.20 with Keras 3, hvdtrain's own Horovod binding       (.venv)
 #   keras2  TensorFlow 2.15 with Keras 2, Horovod's own Keras layer            (.venv-keras2)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 STACK=${HVDTRAIN_STACK:-keras3}
 case "$STACK" in
-    keras3) TF_VERSION=2.18.1 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv ;;
-    keras2) TF_VERSION=2.15.1 KERAS_PIN="" DEFAULT_VENV=.venv-keras2 ;;
+    keras3) TF_VERSION=2.20.0 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv
+            HOROVOD_PATCH=scripts/patches/horovod-0.28.1-xla-headers-gpu-only.patch ;;
+    keras2) TF_VERSION=2.15.1 KERAS_PIN="" DEFAULT_VENV=.venv-keras2 HOROVOD_PATCH="" ;;
     *) printf '[setup] error: unknown stack %s: choose keras3 or keras2\n' "$STACK" >&2; exit 2 ;;
 esac
 VENV=${HVDTRAIN_VENV:-$DEFAULT_VENV}
@@ -122,12 +123,22 @@ if ! has_version tensorflow-cpu "$TF_VERSION" || { [ -n "$KERAS_PIN" ] && ! has_
 fi
 
 # 4. Horovod, built from source against that TensorFlow, with both MPI and Gloo controllers.
+# On TensorFlow 2.19 and later its source needs one patch of ours first (the patch says why).
 if ! has_version horovod 0.28.1; then
-    say "building $HOROVOD_PIN with TensorFlow, MPI and Gloo (takes a few minutes)"
+    say "building $HOROVOD_PIN with TensorFlow, MPI and Gloo (takes a few minutes)${HOROVOD_PATCH:+, patched: $HOROVOD_PATCH}"
+    source=("$HOROVOD_PIN")
+    if [ -n "$HOROVOD_PATCH" ]; then
+        unpacked=$(mktemp -d)
+        trap 'rm -rf "$unpacked"' EXIT
+        "${PIP[@]}" download --no-deps --no-binary :all: "$HOROVOD_PIN" -d "$unpacked"
+        tar -xzf "$unpacked"/horovod-*.tar.gz -C "$unpacked"
+        patch -s -p1 -d "$unpacked"/horovod-*/ <"$HOROVOD_PATCH" || die "cannot apply $HOROVOD_PATCH"
+        source=("$(echo "$unpacked"/horovod-*/)")
+    fi
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
     HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
     MAKEFLAGS="-j$(nproc)" \
-        "${PIP[@]}" install --no-build-isolation --no-cache-dir "$HOROVOD_PIN"
+        "${PIP[@]}" install --no-build-isolation --no-cache-dir "${source[@]}"
 fi
 
 # 5. hvdtrain itself, editable, so the checkout is what runs.
