@@ -1,30 +1,47 @@
 # hvdtrain: `make demo` and `make test` install whatever is missing first (scripts/setup.sh).
-VENV ?= .venv
+#
+# STACK picks the TensorFlow/Keras stack, each in a virtualenv of its own in the checkout:
+#   keras3 (default)  TensorFlow 2.20, Keras 3, hvdtrain's own Horovod binding   .venv
+#   keras2            TensorFlow 2.15, Keras 2, Horovod's own Keras layer        .venv-keras2
+STACK ?= keras3
+OTHER_STACK ?= $(if $(filter keras3,$(STACK)),keras2,keras3)
+venv_of = $(if $(filter keras3,$(1)),.venv,.venv-$(1))
+VENV ?= $(call venv_of,$(STACK))
+OTHER_VENV := $(call venv_of,$(OTHER_STACK))
 NP ?= 2
 PY := $(VENV)/bin/python
+SETUP = HVDTRAIN_STACK=$(1) HVDTRAIN_VENV=$(2) bash scripts/setup.sh
 
 # The venv's horovodrun, hvdtrain and python must be what every rank finds on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launching.py), not here.
 
-.PHONY: install demo test test-fast unit bench bench-quick clean
+.PHONY: install demo test test-core test-fast unit bench bench-quick clean
 
 install:
-	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh
+	@$(call SETUP,$(STACK),$(VENV))
 
 # The main job: $(NP) Horovod ranks (Gloo) train a CNN on scikit-learn's built-in digits.
 demo: install
 	run_scripts/local.sh $(NP) --preset digits
 
-# The whole suite: unit tests, then real multi-rank runs under horovodrun (Gloo) and mpirun.
+# The whole suite on $(STACK), then the correctness core on $(OTHER_STACK)
+# (OTHER_STACK= skips it): unit tests, then real multi-rank runs under horovodrun and mpirun.
 test:
-	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh --with-test-tools
+	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
+	$(if $(OTHER_STACK),@$(call SETUP,$(OTHER_STACK),$(OTHER_VENV)))
 	$(PY) -m pytest
+	$(if $(OTHER_STACK),PATH=$(CURDIR)/$(OTHER_VENV)/bin:$$PATH $(OTHER_VENV)/bin/python -m pytest -m "core or not multirank")
+
+# The correctness core (and the unit tests) on $(STACK) alone.
+test-core:
+	@$(call SETUP,$(STACK),$(VENV))
+	$(PY) -m pytest -m "core or not multirank"
 
 # The quick lane: the unit tests and a few multi-rank smoke tests under both launchers.
 test-fast:
-	@HVDTRAIN_VENV=$(VENV) bash scripts/setup.sh --with-test-tools
+	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
 	$(PY) -m pytest -m "not multirank or smoke"
 
 # Only the tests that need no launcher (seconds).

@@ -93,7 +93,7 @@ class TrainStep:
             self._broadcast_done = True
 
     def _state(self) -> list[tf.Variable]:
-        return list(self.model.variables) + list(self.optimizer.variables())
+        return [*self.model.variables, *dist.optimizer_variables(self.optimizer)]
 
     def _loss(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         losses, logits = self.loss_fn(self.model, x, y)

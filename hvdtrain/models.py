@@ -58,14 +58,30 @@ def embedding(input_shape: tuple[int, ...], num_classes: int,
     horovod.sparse_as_dense. Inputs are expected in [0, 1]."""
     positions, levels = math.prod(input_shape), 16
     inputs = tf.keras.Input(input_shape)
-    x = layers.Flatten()(inputs)
-    tokens = layers.Lambda(  # token = position * levels + level: one table row per pair
-        lambda v: tf.cast(tf.round(tf.clip_by_value(v, 0.0, 1.0) * (levels - 1)), tf.int32)
-        + tf.range(positions, dtype=tf.int32) * levels)(x)
+    tokens = PositionTokens(levels)(layers.Flatten()(inputs))
     x = layers.Embedding(positions * levels, max(4, cfg.width // 8))(tokens)
     x = layers.Flatten()(x)
     x = layers.Dense(cfg.width, activation="relu")(x)
     return _classifier(inputs, x, num_classes, cfg, "embedding")
+
+
+@tf.keras.utils.register_keras_serializable(package="hvdtrain")
+class PositionTokens(layers.Layer):
+    """Values in [0, 1] quantized to ``levels`` levels, as a token per (position, level):
+    token = position * levels + level, one embedding row per pair. A layer class rather than a
+    Lambda, so that an exported model loads back (Keras 3 refuses to load Python lambdas)."""
+
+    def __init__(self, levels: int = 16, **kwargs):
+        super().__init__(**kwargs)
+        self.levels = levels
+
+    def call(self, values: tf.Tensor) -> tf.Tensor:
+        level = tf.cast(tf.round(tf.clip_by_value(tf.cast(values, tf.float32), 0.0, 1.0)
+                                 * (self.levels - 1)), tf.int32)
+        return level + tf.range(tf.shape(values)[-1], dtype=tf.int32) * self.levels
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "levels": self.levels}
 
 
 def _conv_bn(x: tf.Tensor, filters: int, kernel: int, stride: int,
@@ -177,7 +193,10 @@ def base_optimizer(optim: OptimConfig, learning_rate: float | Callable | None = 
 
 
 def compile_classifier(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer) -> None:
-    """Cross-entropy on the logits the models output, and accuracy."""
+    """Cross-entropy on the logits the models output, and accuracy. Without XLA: Horovod's
+    all-reduce in the train step has no XLA lowering (Keras 3 would turn XLA on by itself
+    on a GPU)."""
     model.compile(optimizer=optimizer,
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                  jit_compile=False)

@@ -35,6 +35,7 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
         f"{steps} steps per epoch, epochs {start_epoch + 1}..{c.train.epochs}\n"
         f"  loop  {c.train.loop}, {c.train.precision}{options}\n"
         f"  horovod {horovod_in_force}\n"
+        f"  stack {w.stack}\n"
         f"  run   {run_dir}")
 
 
@@ -50,6 +51,7 @@ def summary(config: Config, world: Any, *, resumed_from_epoch: int | None, steps
         "world_size": world.size,
         "controller": world.controller,
         "device": world.device,
+        "stack": world.stack,
         "intra_op_threads": world.intra_op_threads,
         "epochs": c.train.epochs,
         "resumed_from_epoch": resumed_from_epoch,

@@ -99,7 +99,7 @@ class Trainer:
         start_epoch, restored = dist.rank0_then_all(
             lambda: self._open_run_dir(run_dir, checkpoint, dataset), self.world)
         # Horovod: every rank starts from rank 0's weights and optimizer state (fresh or restored).
-        dist.broadcast_variables(model.variables + list(optimizer.variables()))
+        dist.broadcast_variables([*model.variables, *dist.optimizer_variables(optimizer)])
         return TrainingSetup(dataset, model, optimizer, checkpoint, run_dir, start_epoch,
                              restored)
 
@@ -181,7 +181,8 @@ class Trainer:
                 steps_per_epoch=stream.steps_per_epoch, callbacks=hooks)
         history = setup.model.fit(
             stream.dataset, epochs=cfg.train.epochs, initial_epoch=setup.start_epoch,
-            steps_per_epoch=stream.steps_per_epoch, verbose=0, callbacks=hooks)
+            steps_per_epoch=stream.steps_per_epoch, verbose=0, callbacks=hooks,
+            shuffle=False)  # each rank's stream is already shuffled (see data.train_dataset)
         return {k: float(v[-1]) for k, v in history.history.items()}
 
     def _train_elastic(self) -> tuple[TrainingSetup, TrainingResult]:
@@ -209,7 +210,7 @@ class Trainer:
             run_dir, start_epoch, restored = dist.rank0_then_all(open_or_continue, self.world)
             # Horovod: rank 0's weights and optimizer state (a restored checkpoint or the last
             # commit) on every rank.
-            dist.broadcast_variables(model.variables + list(optimizer.variables()))
+            dist.broadcast_variables([*model.variables, *dist.optimizer_variables(optimizer)])
             state.run_dir, state.epoch = run_dir, start_epoch
             state.save()
             setup = TrainingSetup(dataset, model, optimizer, checkpoint, Path(run_dir),

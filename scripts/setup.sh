@@ -2,12 +2,23 @@
 # Installs what hvdtrain needs, and only what is missing: Open MPI (apt), a project virtualenv,
 # the pinned stack (see STACK.md in the shared notes) and hvdtrain itself. Safe to run again:
 # a second run checks and skips in a few seconds. `--with-test-tools` adds what the tests need.
+#
+# HVDTRAIN_STACK picks the stack, each in a virtualenv of its own (HVDTRAIN_VENV overrides):
+#   keras3  TensorFlow 2.20 with Keras 3, hvdtrain's own Horovod binding       (.venv)
+#   keras2  TensorFlow 2.15 with Keras 2, Horovod's own Keras layer            (.venv-keras2)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-VENV=${HVDTRAIN_VENV:-.venv}
+STACK=${HVDTRAIN_STACK:-keras3}
+case "$STACK" in
+    keras3) TF_VERSION=2.20.0 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv
+            HOROVOD_PATCH=scripts/patches/horovod-0.28.1-xla-headers-gpu-only.patch ;;
+    keras2) TF_VERSION=2.15.1 KERAS_PIN="" DEFAULT_VENV=.venv-keras2 HOROVOD_PATCH="" ;;
+    *) printf '[setup] error: unknown stack %s: choose keras3 or keras2\n' "$STACK" >&2; exit 2 ;;
+esac
+VENV=${HVDTRAIN_VENV:-$DEFAULT_VENV}
 PY="$VENV/bin/python"
-TF_PIN="tensorflow-cpu==2.15.1"
+TF_PIN="tensorflow-cpu==$TF_VERSION"
 HOROVOD_PIN="horovod==0.28.1"
 
 say() { printf '[setup] %s\n' "$*"; }
@@ -95,21 +106,40 @@ except metadata.PackageNotFoundError:
 PYEOF
 }
 
-# 3. The pinned Python stack. TF 2.15 is the last TF whose tf.keras is Keras 2, and it needs numpy<2.
+# 3. The pinned Python stack (numpy<2 on both: Horovod 0.28.1 predates numpy 2). Horovod is
+# compiled against one TensorFlow, so a virtualenv holding another TensorFlow is made anew.
 # pytest-timeout: the suite's hard limit per test (pyproject.toml), so that a hang fails a test.
-if ! has_version tensorflow-cpu 2.15.1 || ! has_version mpi4py 4 || ! has_version scikit-learn "" \
-   || ! has_version pytest "" || ! has_version pytest-timeout 2 || ! has_version matplotlib ""; then
-    say "installing $TF_PIN, numpy<2, mpi4py, scikit-learn, pytest, pytest-timeout, matplotlib (pip)"
-    "${PIP[@]}" install "$TF_PIN" "numpy<2" "mpi4py>=4,<5" scikit-learn pytest "pytest-timeout>=2,<3" matplotlib wheel "setuptools>=64"
+tf_installed=$("$PY" -c 'from importlib import metadata; print(metadata.version("tensorflow-cpu"))' 2>/dev/null || true)
+if [ -n "$tf_installed" ] && [ "$tf_installed" != "$TF_VERSION" ]; then
+    say "$VENV holds tensorflow-cpu $tf_installed, not $TF_VERSION (stack $STACK): making it anew"
+    rm -rf "$VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+if ! has_version tensorflow-cpu "$TF_VERSION" || { [ -n "$KERAS_PIN" ] && ! has_version keras "${KERAS_PIN#keras==}"; } \
+   || ! has_version mpi4py 4 || ! has_version scikit-learn "" || ! has_version pytest "" \
+   || ! has_version pytest-timeout 2 || ! has_version matplotlib ""; then
+    say "installing $TF_PIN ${KERAS_PIN:+$KERAS_PIN }(stack $STACK), numpy<2, mpi4py, scikit-learn, pytest, pytest-timeout, matplotlib (pip)"
+    "${PIP[@]}" install "$TF_PIN" ${KERAS_PIN:+"$KERAS_PIN"} "numpy<2" "mpi4py>=4,<5" scikit-learn \
+        pytest "pytest-timeout>=2,<3" matplotlib wheel "setuptools>=64"
 fi
 
 # 4. Horovod, built from source against that TensorFlow, with both MPI and Gloo controllers.
+# On TensorFlow 2.19 and later its source needs one patch of ours first (the patch says why).
 if ! has_version horovod 0.28.1; then
-    say "building $HOROVOD_PIN with TensorFlow, MPI and Gloo (takes a few minutes)"
+    say "building $HOROVOD_PIN with TensorFlow, MPI and Gloo (takes a few minutes)${HOROVOD_PATCH:+, patched: $HOROVOD_PATCH}"
+    source=("$HOROVOD_PIN")
+    if [ -n "$HOROVOD_PATCH" ]; then
+        unpacked=$(mktemp -d)
+        trap 'rm -rf "$unpacked"' EXIT
+        "${PIP[@]}" download --no-deps --no-binary :all: "$HOROVOD_PIN" -d "$unpacked"
+        tar -xzf "$unpacked"/horovod-*.tar.gz -C "$unpacked"
+        patch -s -p1 -d "$unpacked"/horovod-*/ <"$HOROVOD_PATCH" || die "cannot apply $HOROVOD_PATCH"
+        source=("$(echo "$unpacked"/horovod-*/)")
+    fi
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
     HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
     MAKEFLAGS="-j$(nproc)" \
-        "${PIP[@]}" install --no-build-isolation --no-cache-dir "$HOROVOD_PIN"
+        "${PIP[@]}" install --no-build-isolation --no-cache-dir "${source[@]}"
 fi
 
 # 5. hvdtrain itself, editable, so the checkout is what runs.
@@ -126,4 +156,4 @@ for part in TensorFlow MPI Gloo; do
 Build report:
 $build"
 done
-say "ready: $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null), $(mpirun --version 2>&1 | head -1)"
+say "ready ($VENV): $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, keras {tf.keras.__version__}, horovod {horovod.__version__}")' 2>/dev/null), $(mpirun --version 2>&1 | head -1)"

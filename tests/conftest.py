@@ -273,9 +273,10 @@ def weights(path: Path) -> list[np.ndarray]:
 
 
 def exported_model(run_dir: Path):
-    """The model a run exported to RUN_DIR/model, loaded as a user would."""
-    import tensorflow as tf
-    return tf.keras.models.load_model(str(run_dir / "model"))
+    """The model a run exported to RUN_DIR/model, loaded as hvdtrain predict does (the format
+    depends on the stack)."""
+    from hvdtrain import dist
+    return dist.load_model(run_dir / "model")
 
 
 def snapshot(root: Path) -> dict[str, str]:

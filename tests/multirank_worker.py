@@ -19,6 +19,9 @@ def main() -> None:
     parser.add_argument("--perturb-nonroot", action="store_true",
                         help="give ranks other than 0 different initial weights, so that only "
                              "a working broadcast from rank 0 can make the ranks agree")
+    parser.add_argument("--skip-allreduce", action="store_true",
+                        help="a control: the optimizer left plain, so the gradients are never "
+                             "all-reduced (what a silent no-op wrapper would do)")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
@@ -39,6 +42,9 @@ def main() -> None:
                 v.assign(v + 0.5 * (world.rank + 1))
             return model
         models.build = perturbed_build
+
+    if args.skip_allreduce:
+        dist.distributed_optimizer = lambda optimizer, options=None: optimizer
 
     job = trainer.Trainer(cfg, world, resume=args.resume)
     summary = job.train()

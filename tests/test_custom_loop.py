@@ -15,7 +15,7 @@ import pytest
 from conftest import (EXACT, assert_ok, assert_stopped_with_one_line, hvdtrain,
                       largest_difference, launch, weights, worker, write_records, write_shards)
 
-pytestmark = pytest.mark.multirank
+pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
 CUSTOM = ["--set", "train.loop=custom"]
 
@@ -264,10 +264,13 @@ def test_join_uneven_shards_finish_and_train_correctly(tmp_path):
 
 def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     # mpirun, the CLI end to end: --loop custom, --timeline, a cycle time from the config, and
-    # float16 compute whose loss scale sees the gradients after the all-reduce.
+    # float16 compute whose loss scale sees the gradients after the all-reduce. A cosine decay
+    # settles the last epoch: at the digits preset's constant lr 0.1 the eval accuracy swings
+    # by 3 points from epoch to epoch (0.961 then 0.939 on Keras 3, measured).
     run_dir, timeline = tmp_path / "run", tmp_path / "timeline.json"
     job = launch("mpi", 2, hvdtrain("train", "--preset", "digits", "--loop", "custom",
                                     "--set", "train.precision=mixed_float16", "--epochs", "5",
+                                    "--set", "optim.decay=cosine",
                                     "--set", "horovod.cycle_time_ms=2", "--timeline",
                                     str(timeline), "--run-dir", str(run_dir)))
     assert_ok(job, "mixed_float16 digits")

@@ -12,7 +12,7 @@ from conftest import (EXACT, assert_ok, assert_stopped_with_one_line, exported_m
                       hvdtrain, importable_from, largest_difference, launch, snapshot, weights,
                       worker, write_records)
 
-pytestmark = pytest.mark.multirank
+pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
 
 @pytest.mark.smoke
@@ -72,7 +72,11 @@ def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, one_rank_
     one_rank = one_rank_plain_sgd[32]
     for a, b in zip(two_ranks, one_rank):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
-    # The check is sharp: one rank at batch 16 (half the global batch) ends elsewhere.
+    # The check is sharp: the same 2 ranks with the all-reduce left out (a wrapper that
+    # silently does nothing) end elsewhere, and so does one rank at batch 16 (half the
+    # global batch).
+    not_reduced = plain_sgd_run(tmp_path / "not-reduced", launcher, 2, 16, "--skip-allreduce")
+    assert largest_difference(not_reduced, one_rank) > 1e-3
     assert largest_difference(one_rank_plain_sgd[16], one_rank) > 1e-3
 
 

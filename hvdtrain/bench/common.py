@@ -46,9 +46,11 @@ def launch_command(launcher: str, ranks: int, argv: Sequence[str]) -> list[str]:
     return launching.launch_command(launcher, ranks, argv, bind_to_core=True)
 
 
-def rank_argv(module: str, options: Mapping[str, Any]) -> list[str]:
-    """``python -m MODULE rank OPTIONS_JSON``: the rank side of a benchmark."""
-    return [sys.executable, "-m", module, "rank", json.dumps(options)]
+def rank_argv(module: str, options: Mapping[str, Any], python: str = sys.executable
+              ) -> list[str]:
+    """``python -m MODULE rank OPTIONS_JSON``: the rank side of a benchmark (``python``:
+    another virtualenv's interpreter runs it on that stack)."""
+    return [python, "-m", module, "rank", json.dumps(options)]
 
 
 def rank_entry(argv: Sequence[str], rank_main: Callable[[dict], None], module: str) -> None:
@@ -115,6 +117,11 @@ def free_ports(count: int) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------
 # The machine and the output files
+
+def load_average() -> float:
+    """The 1-minute load average now: recorded next to figures, since the machine is shared."""
+    return os.getloadavg()[0]
+
 
 def machine() -> dict[str, Any]:
     """What the figures were measured on: CPU, cores, memory, and the stack's versions."""

@@ -137,14 +137,16 @@ def rank_main(options: dict[str, Any]) -> None:
     everyone = dist.allgather_object(mine)  # Horovod: every rank's own counts and times
     if world.is_chief:
         Path(options["out"]).write_text(json.dumps({"controller": world.controller,
-                                                    "ranks": everyone}))
+                                                    "stack": world.stack, "ranks": everyone}))
 
 
 # ---------------------------------------------------------------------------------------------
 # Driver
 
-def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path) -> dict[str, Any]:
-    """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals."""
+def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
+            python: str = sys.executable) -> dict[str, Any]:
+    """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals.
+    ``python``: the interpreter (and so the stack) the ranks run on."""
     steps = plan.steps_per_repeat + 1
     num_samples, eval_fraction = synthetic_sizes(ranks, workload.batch_size, steps)
     run_dir = work_dir / f"{workload.name}-{ranks}-{time.monotonic_ns()}"
@@ -159,13 +161,15 @@ def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path) -> dict[
     options = {"preset": workload.preset, "assignments": assignments, "out": str(out),
                "warmup_epochs": plan.warmup_epochs, "launcher": plan.launcher}
     command = common.launch_command(plan.launcher, ranks,
-                                    common.rank_argv("hvdtrain.bench.scaling", options))
+                                    common.rank_argv("hvdtrain.bench.scaling", options,
+                                                     python))
     output = common.run_job(command, what=f"scaling {workload.name} on {ranks} ranks")
     raw = common.read_json_output(out, f"scaling {workload.name} on {ranks} ranks", output)
     rates = repeat_rates(raw["ranks"])
     per_rank = [r["samples"][i] / r["seconds"][i] for r in raw["ranks"]
                 for i in range(len(r["seconds"]))]
     return {"model": workload.name, "ranks": ranks, "controller": raw["controller"],
+            "stack": raw["stack"],
             "launcher": plan.launcher, "batch_size_per_rank": workload.batch_size,
             "image_shape": list(workload.image_shape),
             "total_samples_per_sec": common.summarize(rates),

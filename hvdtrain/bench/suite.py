@@ -34,7 +34,9 @@ def parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
              "project": "ring-model efficiency at 8, 64, 512 ranks from the measured figures",
              "input": "one rank's input pipeline against its training step, every source "
                       "and bundled model (samples/s)",
-             "all": "all five, then the results block of --readme"}
+             "all": "all five, then the results block of --readme",
+             "stacks": "this stack against another (e.g. Keras 3 against Keras 2), interleaved "
+                       "rounds of 1- and 2-rank training"}
     for name, text in helps.items():
         p = kinds.add_parser(name, help=text, description=text)
         p.add_argument("--out", default=DEFAULT_OUT,
@@ -64,6 +66,12 @@ def parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
         if name == "all":
             p.add_argument("--readme", type=Path, default=None,
                            help="rewrite the block between the bench markers of this file")
+        if name == "stacks":
+            p.add_argument("--other-venv", type=Path, required=True,
+                           help="the other stack's virtualenv (e.g. .venv-keras2)")
+            p.add_argument("--model", default="mlp", help="mobilenetv2, resnet_small or mlp "
+                                                          "(default mlp)")
+            p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     return bench
 
 
@@ -100,13 +108,21 @@ def main(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> in
 
 
 def run(args: argparse.Namespace) -> int:
-    from hvdtrain.bench import allreduce, peers, project, scaling, versus_horovod
+    from hvdtrain.bench import allreduce, peers, project, scaling, stacks, versus_horovod
     from hvdtrain.bench import input as input_bench
     out = Path(args.out)
     started = time.monotonic()
     kind = args.benchmark
     quick = getattr(args, "quick", False)
     try:
+        if kind == "stacks":
+            other = args.other_venv / "bin" / "python"
+            if not other.exists():
+                raise UserError(f"{other} not found: --other-venv takes a virtualenv made by "
+                                f"'make install STACK=...', e.g. .venv-keras2")
+            _models(args.model, quick)
+            stacks.run(out, other_python=str(other), model=args.model, rounds=args.rounds,
+                       quick=quick)
         if kind in ("scaling", "all"):
             base = scaling.QUICK if quick else scaling.FULL
             plan = scaling.Plan(world_sizes=_ints(args.world_sizes, "--world-sizes"),

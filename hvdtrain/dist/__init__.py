@@ -4,14 +4,15 @@ Everything else takes ``rank`` and ``size`` as plain arguments (see ``World``), 
 schedules and config stay testable without MPI. This module holds what serves any Keras:
 init and placement, the collectives on plain tensors and Python objects, and the checks that
 make all ranks stop together. What depends on the Keras version (the optimizer wrapper, the
-gradient tape, metric averaging, elastic state) sits behind ``KerasBinding``: ``keras2.py`` is
-Horovod's own Keras layer, for tf.keras 2 (TensorFlow 2.15); a Keras 3 binding built on the
-plain collectives can sit beside it.
+gradient tape, broadcasting variables, metric averaging, elastic state, saving) sits behind
+``KerasBinding``: ``keras2.py`` is Horovod's own Keras layer, for tf.keras 2 (TensorFlow 2.15);
+``keras3.py`` is hvdtrain's own, on Horovod's plain collectives, for Keras 3 (TensorFlow 2.16+).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.metadata
 import os
 import socket
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class World:
     device: str          # "/GPU:0" or "/CPU:0": where this rank's ops run
     intra_op_threads: int
     inter_op_threads: int
+    stack: str = ""      # e.g. "tensorflow 2.18.1, keras 3.15.1, horovod 0.28.1"
 
     @property
     def is_chief(self) -> bool:
@@ -97,12 +99,18 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
 
     # Horovod: which controller the launcher chose (mpirun: MPI; horovodrun --gloo: Gloo).
     controller = "mpi" if hvd.mpi_enabled() and not hvd.gloo_enabled() else "gloo"
-    world = World(rank, size, local_rank, local_size, controller, placed, intra, inter)
+    world = World(rank, size, local_rank, local_size, controller, placed, intra, inter,
+                  stack_description())
     if elastic and problem:
         raise UserError(problem)
     if not elastic:
         agree_or_fail(problem, world)
     return world
+
+
+def stack_description() -> str:
+    return (f"tensorflow {tf.__version__}, keras {keras_version()}, "
+            f"horovod {importlib.metadata.version('horovod')}")
 
 
 def horovod_settings_in_force() -> str:
@@ -177,12 +185,6 @@ def join() -> int:
     return int(tf.function(hvd.join)())
 
 
-def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
-    # Horovod: every rank starts from root's values (fresh weights, or a restored checkpoint),
-    # or ranks would train different models from the first step on.
-    hvd.broadcast_variables(list(variables), root_rank=root_rank)
-
-
 def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
     # Horovod: root's Python value (e.g. the epoch to resume from) reaches every rank.
     return hvd.broadcast_object(obj, root_rank=root_rank)
@@ -226,7 +228,10 @@ def rank0_then_all(work: Callable[[], T], world: World) -> T:
 # KerasBinding, the functions every binding module provides:
 #   distributed_optimizer(optimizer, options)  the optimizer whose update all-reduces gradients
 #   distributed_tape(tape, options)            a tape whose gradient() returns reduced gradients
+#   broadcast_variables(variables, root_rank)  root's values into every rank's variables
+#   broadcast_callback(root_rank)              a fit callback: root's initial state everywhere
 #   metric_average_callback()                  averages the epoch's train metrics over ranks
+#   optimizer_variables(optimizer)             the optimizer's state, as a list of variables
 #   elastic_state(model, optimizer, **values)  what elastic training commits and syncs
 #   run_elastic(train)                         the elastic retry loop around ``train(state)``
 #   save_model(model, path)                    the export format this Keras loads back
@@ -234,18 +239,26 @@ def rank0_then_all(work: Callable[[], T], world: World) -> T:
 #   scale_loss(optimizer, loss)                a LossScaleOptimizer's scaled loss ...
 #   unscale_gradients(optimizer, gradients)    ... and its gradients unscaled
 
+def keras_version() -> str:
+    return tf.keras.__version__
+
+
 @functools.cache
 def _keras_binding() -> ModuleType:
-    keras_version = getattr(tf.keras, "__version__", "2.")
-    if not keras_version.startswith("2."):
-        raise UserError(f"this TensorFlow ships Keras {keras_version}; hvdtrain's Horovod "
-                        f"binding here is for Keras 2: install tensorflow-cpu 2.15 (make install)")
-    from hvdtrain.dist import keras2
-    return keras2
+    if keras_version().startswith("2."):
+        from hvdtrain.dist import keras2
+        return keras2
+    if keras_version().startswith("3."):
+        from hvdtrain.dist import keras3
+        return keras3
+    raise UserError(f"this TensorFlow ships Keras {keras_version()}; hvdtrain has Horovod "
+                    f"bindings for Keras 2 and 3: install a supported stack (make install)")
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
                           options: HorovodConfig | None = None) -> tf.keras.optimizers.Optimizer:
+    """``optimizer`` made distributed: its update averages the gradients over ranks (ring
+    all-reduce) first. Wrap a fresh optimizer, before compile."""
     return _keras_binding().distributed_optimizer(optimizer, options or HorovodConfig())
 
 
@@ -253,8 +266,25 @@ def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.Gradie
     return _keras_binding().distributed_tape(tape, options)
 
 
+def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
+    # Horovod: every rank starts from root's values (fresh weights, or a restored checkpoint),
+    # or ranks would train different models from the first step on.
+    _keras_binding().broadcast_variables(list(variables), root_rank)
+
+
+def fit_callbacks(root_rank: int = 0) -> list[tf.keras.callbacks.Callback]:
+    """For a library user's own ``model.fit``: rank 0's initial state broadcast to every rank
+    at the start, and the epoch's metrics averaged over ranks. Put them first."""
+    binding = _keras_binding()
+    return [binding.broadcast_callback(root_rank), binding.metric_average_callback()]
+
+
 def metric_average_callback() -> tf.keras.callbacks.Callback:
     return _keras_binding().metric_average_callback()
+
+
+def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list[tf.Variable]:
+    return _keras_binding().optimizer_variables(optimizer)
 
 
 def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,

@@ -6,7 +6,7 @@ Everything here depends on which Keras is installed; ``hvdtrain.dist`` picks thi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import tensorflow as tf
 
@@ -35,6 +35,20 @@ def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.Gradie
     return hvd.DistributedGradientTape(tape, compression=compression(options),
                                        sparse_as_dense=options.sparse_as_dense,
                                        op=reduce_op(options))
+
+
+def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
+    hvd.broadcast_variables(list(variables), root_rank=root_rank)  # Horovod: root's values
+
+
+def broadcast_callback(root_rank: int = 0) -> tf.keras.callbacks.Callback:
+    # Horovod: after the first batch (Keras 2 creates the optimizer's slots in it), root's
+    # weights and optimizer state on every rank.
+    return hvd_keras.callbacks.BroadcastGlobalVariablesCallback(root_rank)
+
+
+def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list[tf.Variable]:
+    return list(optimizer.variables())  # a method in Keras 2
 
 
 def metric_average_callback() -> tf.keras.callbacks.Callback:

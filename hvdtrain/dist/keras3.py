@@ -1,0 +1,216 @@
+"""The Keras 3 binding (TensorFlow 2.16 and later): hvdtrain's own, on Horovod's plain collectives.
+
+Horovod's Keras layer cannot serve Keras 3: ``horovod.tensorflow.keras`` needs backend functions
+Keras 3 removed, its tape and wrapper key dicts on ``var.ref()``, which Keras 3 variables lack,
+and its DistributedOptimizer hooks methods that Keras 3's ``train_step`` never calls, so even
+where it imports it would not reduce anything. Here the optimizer's ``apply`` (which
+``apply_gradients`` and ``fit`` go through) all-reduces the gradients first, with one grouped
+all-reduce per step; everything else is built on ``horovod.tensorflow``'s collectives, which
+work on plain tensors whatever the Keras version.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
+
+import numpy as np
+import tensorflow as tf
+
+# Horovod: plain collectives on tensors, and the elastic retry loop; no Keras inside.
+import horovod.tensorflow as hvd
+import horovod.tensorflow.elastic as hvd_elastic
+# Horovod: the elastic state base class that syncs plain Python values from rank 0.
+from horovod.common.elastic import ObjectState
+
+from hvdtrain.config import HorovodConfig
+from hvdtrain.dist.reduction import compression, reduce_op
+from hvdtrain.errors import UserError
+
+T = TypeVar("T")
+MODEL_FILE = "model.keras"
+
+
+def allreduce_gradients(gradients: Sequence[tf.Tensor | None],
+                        options: HorovodConfig) -> list[tf.Tensor | None]:
+    """The gradients averaged (or Adasum-combined) over ranks, in their order; None stays None.
+
+    Dense gradients go through ONE grouped all-reduce: Horovod negotiates it once and fuses
+    it into one buffer. Sparse ones (embeddings) are all-gathered unless sparse_as_dense."""
+    present = [i for i, g in enumerate(gradients) if g is not None]
+    values = [gradients[i] for i in present]
+    if options.sparse_as_dense:
+        values = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                  for g in values]
+    if options.op == "adasum":
+        # Horovod: Adasum per tensor (its grouped form fails on CPU tensors in 0.28.1).
+        reduced = [hvd.allreduce(g, op=hvd.Adasum, compression=compression(options),
+                                 name=f"hvdtrain_grad_{i}") for i, g in zip(present, values)]
+    else:
+        # Horovod: one grouped all-reduce of every gradient of the step (ring all-reduce,
+        # averaged; fp16 on the wire if asked).
+        reduced = hvd.grouped_allreduce(values, op=reduce_op(options),
+                                        compression=compression(options),
+                                        name="hvdtrain_gradients")
+    out = list(gradients)
+    for i, g in zip(present, reduced):
+        out[i] = g
+    return out
+
+
+def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
+                          options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
+    """A copy of ``optimizer`` (same class, same config) whose ``apply`` all-reduces the
+    gradients before updating. Wrap a fresh optimizer, before ``compile`` and before any step.
+
+    Under mixed_float16 the optimizer must be a LossScaleOptimizer when it is wrapped (this
+    function makes it one), so that the SCALED gradients are reduced before the loss scale
+    optimizer unscales them and checks them for inf/NaN: every rank then sees the same
+    gradients and skips or applies the same steps. (Keras 3's compile would otherwise wrap the
+    distributed optimizer inside a LossScaleOptimizer, which checks before the all-reduce.)"""
+    if getattr(optimizer, "hvdtrain_distributed", False):
+        return optimizer
+    if optimizer.built:
+        raise UserError("distributed_optimizer() needs a fresh optimizer: wrap it before "
+                        "compile() and before its first step")
+    if (tf.keras.mixed_precision.global_policy().name == "mixed_float16"
+            and not isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)):
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    base = type(optimizer)
+
+    def apply(self, grads, trainable_variables=None):
+        # Horovod: average the gradients across ranks before the wrapped optimizer (and a
+        # LossScaleOptimizer's unscaling and finiteness check) sees them.
+        return base.apply(self, allreduce_gradients(list(grads), options), trainable_variables)
+
+    # Same name and module as the wrapped class: a saved model's optimizer loads back as the
+    # plain optimizer, without hvdtrain.
+    distributed = type(base.__name__, (base,), {
+        "apply": apply, "hvdtrain_distributed": True,
+        "__module__": base.__module__, "__qualname__": base.__qualname__})
+    return distributed.from_config(optimizer.get_config())
+
+
+class _ReducingTape:
+    """A GradientTape stand-in whose ``gradient`` returns gradients reduced across ranks."""
+
+    def __init__(self, tape: tf.GradientTape, options: HorovodConfig):
+        self._tape, self._options = tape, options
+
+    def gradient(self, target: tf.Tensor, sources: Sequence[tf.Variable]) -> list[tf.Tensor]:
+        return allreduce_gradients(self._tape.gradient(target, sources), self._options)
+
+
+def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> Any:
+    return _ReducingTape(tape, options)
+
+
+class MetricAverage(tf.keras.callbacks.Callback):
+    """The epoch's train metrics become the mean over ranks before anyone logs them."""
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if not logs:
+            return
+        names = sorted(logs)
+        # Horovod: one all-reduce of every metric, in the same (sorted) order on every rank.
+        means = hvd.allreduce(tf.constant([float(logs[n]) for n in names], tf.float64),
+                              op=hvd.Average, name="hvdtrain_metric_average").numpy()
+        logs.update({name: float(mean) for name, mean in zip(names, means)})
+
+
+def metric_average_callback() -> tf.keras.callbacks.Callback:
+    return MetricAverage()
+
+
+class BroadcastInitialState(tf.keras.callbacks.Callback):
+    """At the start of ``fit``: rank 0's weights and optimizer state on every rank (Keras 3
+    builds the optimizer before training begins). Refuses XLA: Horovod's ops have no XLA
+    lowering here, so a jit-compiled train step could not contain the all-reduce."""
+
+    def __init__(self, root_rank: int = 0):
+        super().__init__()
+        self.root_rank = root_rank
+        self.done = False
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        if getattr(self.model, "jit_compile", False):
+            raise UserError("this model is compiled with XLA (jit_compile=True; Keras 3 turns it "
+                            "on by itself when it sees a GPU), but Horovod's all-reduce has no "
+                            "XLA lowering: compile with jit_compile=False")
+        if not self.done:
+            broadcast_variables([*self.model.variables,
+                                 *optimizer_variables(self.model.optimizer)], self.root_rank)
+            self.done = True
+
+
+def broadcast_callback(root_rank: int = 0) -> tf.keras.callbacks.Callback:
+    return BroadcastInitialState(root_rank)
+
+
+def broadcast_variables(variables: Sequence[Any], root_rank: int = 0) -> None:
+    # Horovod: every rank takes root's values. Keras 3 variables hold a tf.Variable in
+    # ``.value``, which Horovod's broadcast assigns in place.
+    hvd.broadcast_variables([v.value for v in variables], root_rank=root_rank)
+
+
+def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list:
+    return list(optimizer.variables)  # a property in Keras 3
+
+
+class TrainingState(ObjectState):
+    """What elastic training commits in memory and syncs to new workers: the model's and the
+    optimizer's variables, and plain values (the epoch, the run directory)."""
+
+    def __init__(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
+                 **values: Any):
+        self._variables = [*model.variables, *optimizer_variables(optimizer)]
+        self._committed = self._read()
+        # Horovod: plain values are synced from rank 0 by broadcasting them as objects.
+        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **values)
+
+    def _read(self) -> list[np.ndarray]:
+        return [np.array(v.numpy(), copy=True) for v in self._variables]
+
+    def save(self) -> None:
+        self._committed = self._read()
+        super().save()
+
+    def restore(self) -> None:
+        for variable, value in zip(self._variables, self._committed):
+            variable.assign(value)
+        super().restore()
+
+    def sync(self) -> None:
+        broadcast_variables(self._variables)  # Horovod: a new worker takes rank 0's state
+        self._committed = self._read()
+        super().sync()
+
+
+def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
+                  **values: Any) -> Any:
+    return TrainingState(model, optimizer, **values)
+
+
+def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
+    # Horovod: re-runs ``train`` after a worker is lost (state rolled back to the last commit)
+    # or added (at the next commit), each time on the new ring, after syncing state from rank 0.
+    return hvd_elastic.run(train)
+
+
+def save_model(model: tf.keras.Model, path: Path) -> None:
+    # Keras 3 saves one .keras file (tf.keras.models.load_model reads it back).
+    path.mkdir(parents=True, exist_ok=True)
+    model.save(str(path / MODEL_FILE))
+
+
+def load_model(path: Path) -> tf.keras.Model:
+    return tf.keras.models.load_model(str(path / MODEL_FILE), compile=False)
+
+
+def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
+    return optimizer.scale_loss(loss)  # Keras 3's LossScaleOptimizer
+
+
+def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
+                      gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+    # Keras 3's LossScaleOptimizer unscales (and checks for inf/NaN) inside apply_gradients.
+    return gradients
