@@ -20,8 +20,9 @@ def main() -> None:
                         help="give ranks other than 0 different initial weights, so that only "
                              "a working broadcast from rank 0 can make the ranks agree")
     parser.add_argument("--skip-allreduce", action="store_true",
-                        help="a control: the optimizer left plain, so the gradients are never "
-                             "all-reduced (what a silent no-op wrapper would do)")
+                        help="a control: the optimizer and the custom loop's tape left plain, "
+                             "so the gradients are never all-reduced (what a silent no-op "
+                             "wrapper would do)")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
@@ -45,6 +46,7 @@ def main() -> None:
 
     if args.skip_allreduce:
         dist.distributed_optimizer = lambda optimizer, options=None: optimizer
+        dist.distributed_tape = lambda tape, options: tape
 
     job = trainer.Trainer(cfg, world, resume=args.resume)
     summary = job.train()

@@ -1,0 +1,108 @@
+"""The seam between hvdtrain and the installed Keras: one binding module per Keras, chosen once
+per process. Everything that depends on the Keras version goes through these functions;
+``hvdtrain.dist`` re-exports them.
+
+KerasBinding, the functions every binding module provides:
+  distributed_optimizer(optimizer, options)  the optimizer whose update all-reduces gradients
+  distributed_tape(tape, options)            a tape whose gradient() returns reduced gradients
+  broadcast_variables(variables, root_rank)  root's values into every rank's variables
+  broadcast_callback(root_rank)              a fit callback: root's initial state everywhere
+  metric_average_callback()                  averages the epoch's train metrics over ranks
+  optimizer_variables(optimizer)             the optimizer's state, as a list of variables
+  elastic_state(model, optimizer, **values)  what elastic training commits and syncs
+  run_elastic(train)                         the elastic retry loop around ``train(state)``
+  save_model(model, path)                    the export format this Keras loads back
+  load_model(folder)                         that export, uncompiled, for inference
+  scale_loss(optimizer, loss)                a LossScaleOptimizer's scaled loss ...
+  unscale_gradients(optimizer, gradients)    ... and its gradients unscaled
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Sequence, TypeVar
+
+import tensorflow as tf
+
+from hvdtrain.config import HorovodConfig
+from hvdtrain.errors import UserError
+
+T = TypeVar("T")
+
+def keras_version() -> str:
+    # Keras 3's tf.keras has __version__; Keras 2's (TensorFlow 2.15) does not, but its package
+    # metadata says which.
+    return getattr(tf.keras, "__version__", None) or importlib.metadata.version("keras")
+
+
+@functools.cache
+def _keras_binding() -> ModuleType:
+    if keras_version().startswith("2."):
+        from hvdtrain.dist import keras2
+        return keras2
+    if keras_version().startswith("3."):
+        from hvdtrain.dist import keras3
+        return keras3
+    raise UserError(f"this TensorFlow ships Keras {keras_version()}; hvdtrain has Horovod "
+                    f"bindings for Keras 2 and 3: install a supported stack (make install)")
+
+
+def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
+                          options: HorovodConfig | None = None) -> tf.keras.optimizers.Optimizer:
+    """``optimizer`` made distributed: its update averages the gradients over ranks (ring
+    all-reduce) first. Wrap a fresh optimizer, before compile."""
+    return _keras_binding().distributed_optimizer(optimizer, options or HorovodConfig())
+
+
+def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
+    return _keras_binding().distributed_tape(tape, options)
+
+
+def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
+    # Horovod: every rank starts from root's values (fresh weights, or a restored checkpoint),
+    # or ranks would train different models from the first step on.
+    _keras_binding().broadcast_variables(list(variables), root_rank)
+
+
+def fit_callbacks(root_rank: int = 0) -> list[tf.keras.callbacks.Callback]:
+    """For a library user's own ``model.fit``: rank 0's initial state broadcast to every rank
+    at the start, and the epoch's metrics averaged over ranks. Put them first."""
+    binding = _keras_binding()
+    return [binding.broadcast_callback(root_rank), binding.metric_average_callback()]
+
+
+def metric_average_callback() -> tf.keras.callbacks.Callback:
+    return _keras_binding().metric_average_callback()
+
+
+def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list[tf.Variable]:
+    return _keras_binding().optimizer_variables(optimizer)
+
+
+def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
+                  **values: Any) -> Any:
+    return _keras_binding().elastic_state(model, optimizer, **values)
+
+
+def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
+    return _keras_binding().run_elastic(train)
+
+
+def save_model(model: tf.keras.Model, path: Path) -> None:
+    _keras_binding().save_model(model, path)
+
+
+def load_model(folder: Path) -> tf.keras.Model:
+    """The model ``save_model`` exported into ``folder`` (RUN_DIR/model), for inference."""
+    return _keras_binding().load_model(folder)
+
+
+def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
+    return _keras_binding().scale_loss(optimizer, loss)
+
+
+def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
+                      gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+    return _keras_binding().unscale_gradients(optimizer, gradients)
