@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from hvdtrain import config as config_lib
 from hvdtrain import launching, overrides, placement, presets
@@ -219,15 +219,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         except Exception as e:
             if not dist.lost_a_rank(e):
                 raise
-            print(f"hvdtrain: error: rank {world.rank}: another rank died or stalled in the "
-                  f"middle of a collective, so Horovod shut down (the launcher's report names "
-                  f"the rank); continue from the last checkpoint with --resume",
-                  file=sys.stderr, flush=True)
-            # Now, not after the interpreter's teardown: with a peer gone, Horovod's and
-            # TensorFlow's shutdown only delay the exit (by 0.3 s and more, measured), long
-            # enough for horovodrun to kill this rank first and lose its status.
-            sys.stdout.flush()
-            os._exit(LOST_A_RANK_EXIT_CODE)
+            _exit_after_losing_a_rank(world.rank)
         return 0
     except UserError as e:
         if placement.launcher_rank() == 0 or not e.shared:
@@ -247,3 +239,15 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _exit_after_losing_a_rank(rank: int) -> NoReturn:
+    print(f"hvdtrain: error: rank {rank}: another rank died or stalled in the "
+          f"middle of a collective, so Horovod shut down (the launcher's report names "
+          f"the rank); continue from the last checkpoint with --resume",
+          file=sys.stderr, flush=True)
+    # Now, not after the interpreter's teardown: with a peer gone, Horovod's and
+    # TensorFlow's shutdown only delay the exit (by 0.3 s and more, measured), long
+    # enough for horovodrun to kill this rank first and lose its status.
+    sys.stdout.flush()
+    os._exit(LOST_A_RANK_EXIT_CODE)

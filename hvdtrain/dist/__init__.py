@@ -39,6 +39,16 @@ from hvdtrain.errors import UserError
 
 T = TypeVar("T")
 
+__all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Horovod
+    "World", "init", "stack_description", "horovod_settings_in_force", "refresh_world",
+    "check_same_config", "lost_a_rank", "agree_or_fail", "allreduce_gradients", "join",
+    "broadcast_object", "allreduce_sum", "allgather_object", "allreduce_each", "rank0_then_all",
+    "broadcast_variables", "distributed_optimizer", "distributed_tape", "elastic_state",
+    "fit_callbacks", "keras_version", "load_model", "metric_average_callback",
+    "optimizer_variables", "run_elastic", "save_model", "scale_loss", "unscale_gradients",
+    "compression", "reduce_op",
+]
+
 
 @dataclass(frozen=True)
 class World:
@@ -81,19 +91,7 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     # Horovod: the place among the ranks of this host, which decides the GPU.
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
-    gpus = tf.config.list_physical_devices("GPU")
-    index, problem = placement.choose_gpu(len(gpus), local_rank, local_size, device)
-    if index is not None:
-        # Horovod: pin one GPU per process by LOCAL rank, so ranks on a host never share one;
-        # memory growth stops TensorFlow from reserving the whole card up front.
-        tf.config.experimental.set_memory_growth(gpus[index], True)
-        tf.config.set_visible_devices(gpus[index], "GPU")
-        placed = "/GPU:0"
-    else:
-        if gpus:
-            tf.config.set_visible_devices([], "GPU")
-        placed = "/CPU:0"
-
+    placed, problem = _pin_device(local_rank, local_size, device)
     share = placement.threads_per_rank(*placement.cores_available(), local_size)
     intra = intra_op_threads or share
     inter = inter_op_threads or min(2, share)
@@ -109,6 +107,21 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     if not elastic:
         agree_or_fail(problem, world)
     return world
+
+
+def _pin_device(local_rank: int, local_size: int, device: str) -> tuple[str, str | None]:
+    """Makes one GPU (or none) visible to this rank; returns the device and any problem."""
+    gpus = tf.config.list_physical_devices("GPU")
+    index, problem = placement.choose_gpu(len(gpus), local_rank, local_size, device)
+    if index is not None:
+        # Horovod: pin one GPU per process by LOCAL rank, so ranks on a host never share one;
+        # memory growth stops TensorFlow from reserving the whole card up front.
+        tf.config.experimental.set_memory_growth(gpus[index], True)
+        tf.config.set_visible_devices(gpus[index], "GPU")
+        return "/GPU:0", problem
+    if gpus:
+        tf.config.set_visible_devices([], "GPU")
+    return "/CPU:0", problem
 
 
 def stack_description() -> str:
