@@ -31,8 +31,8 @@ demo: install
 test:
 	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
 	$(if $(OTHER_STACK),@$(call SETUP,$(OTHER_STACK),$(OTHER_VENV)))
-	$(PY) -m pytest
-	$(if $(OTHER_STACK),PATH=$(CURDIR)/$(OTHER_VENV)/bin:$$PATH $(OTHER_VENV)/bin/python -m pytest -m "core or not multirank")
+	$(PY) -m pytest --durations=15
+	$(if $(OTHER_STACK),PATH=$(CURDIR)/$(OTHER_VENV)/bin:$$PATH $(OTHER_VENV)/bin/python -m pytest --durations=15 -m "core or not multirank")
 
 # The correctness core (and the unit tests) on $(STACK) alone.
 test-core:
