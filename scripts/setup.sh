@@ -156,4 +156,5 @@ for part in TensorFlow MPI Gloo; do
 Build report:
 $build"
 done
-say "ready ($VENV): $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, keras {tf.keras.__version__}, horovod {horovod.__version__}")' 2>/dev/null), $(mpirun --version 2>&1 | head -1)"
+# keras from its package metadata: Keras 2's tf.keras has no __version__.
+say "ready ($VENV): $("$PY" -c 'import importlib.metadata as m, tensorflow as tf, horovod; print("tensorflow %s, keras %s, horovod %s" % (tf.__version__, m.version("keras"), horovod.__version__))' 2>/dev/null), $(mpirun --version 2>&1 | head -1)"
