@@ -79,7 +79,7 @@ def run(out_dir: Path, *, other_python: str, model: str = "mlp", rounds: int = 5
               "medians": {k: {key: statistics.median(r[k][key] for r in measured)
                               for key in ("samples_per_sec_1", "samples_per_sec_2",
                                           "allreduce_ms_per_step")} for k in pythons}}
-    common.write_outputs(out_dir, "stacks", result, markdown(result))
+    common.write_outputs(out_dir, f"stacks-{model}", result, markdown(result))
     return result
 
 
