@@ -12,6 +12,7 @@ wait for the slower rank). The result is the median over rounds of the per-round
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -56,8 +57,12 @@ def ratios(rounds: list[dict[str, dict]], this: str, other: str) -> dict[str, di
 
 
 def run(out_dir: Path, *, other_python: str, model: str = "mlp", rounds: int = 5,
-        quick: bool = False) -> dict[str, Any]:
+        quick: bool = False, steps: int | None = None) -> dict[str, Any]:
+    """``steps``: timed steps per repeat (default: bench scaling's); a small model's steps take
+    a millisecond or two, too short to time in a few."""
     plan = scaling.QUICK if quick else scaling.FULL
+    if steps:
+        plan = dataclasses.replace(plan, steps_per_repeat=steps)
     workload = scaling.WORKLOADS[model]
     pythons = {"this": sys.executable, "other": other_python}
     measured: list[dict[str, dict]] = []

@@ -72,6 +72,8 @@ def parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
             p.add_argument("--model", default="mlp", help="mobilenetv2, resnet_small or mlp "
                                                           "(default mlp)")
             p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+            p.add_argument("--steps", type=int, default=None,
+                           help="timed steps per repeat (default 8; more for a small model)")
     return bench
 
 
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                                 f"'make install STACK=...', e.g. .venv-keras2")
             _models(args.model, quick)
             stacks.run(out, other_python=str(other), model=args.model, rounds=args.rounds,
-                       quick=quick)
+                       quick=quick, steps=args.steps)
         if kind in ("scaling", "all"):
             base = scaling.QUICK if quick else scaling.FULL
             plan = scaling.Plan(world_sizes=_ints(args.world_sizes, "--world-sizes"),
