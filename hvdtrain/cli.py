@@ -183,6 +183,18 @@ def _predict_request(args: argparse.Namespace):
                            batch_size=args.batch_size)
 
 
+def _exit_after_losing_a_rank(rank: int) -> NoReturn:
+    print(f"hvdtrain: error: rank {rank}: another rank died or stalled in the "
+          f"middle of a collective, so Horovod shut down (the launcher's report names "
+          f"the rank); continue from the last checkpoint with --resume",
+          file=sys.stderr, flush=True)
+    # Now, not after the interpreter's teardown: with a peer gone, Horovod's and
+    # TensorFlow's shutdown only delay the exit (by 0.3 s and more, measured), long
+    # enough for horovodrun to kill this rank first and lose its status.
+    sys.stdout.flush()
+    os._exit(LOST_A_RANK_EXIT_CODE)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
@@ -239,15 +251,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _exit_after_losing_a_rank(rank: int) -> NoReturn:
-    print(f"hvdtrain: error: rank {rank}: another rank died or stalled in the "
-          f"middle of a collective, so Horovod shut down (the launcher's report names "
-          f"the rank); continue from the last checkpoint with --resume",
-          file=sys.stderr, flush=True)
-    # Now, not after the interpreter's teardown: with a peer gone, Horovod's and
-    # TensorFlow's shutdown only delay the exit (by 0.3 s and more, measured), long
-    # enough for horovodrun to kill this rank first and lose its status.
-    sys.stdout.flush()
-    os._exit(LOST_A_RANK_EXIT_CODE)
