@@ -31,6 +31,7 @@ from hvdtrain.errors import UserError
 
 T = TypeVar("T")
 
+
 def keras_version() -> str:
     # Keras 3's tf.keras has __version__; Keras 2's (TensorFlow 2.15) does not, but its package
     # metadata says which.
