@@ -55,8 +55,8 @@ class DataConfig:
     shuffle: bool = _help("reshuffle each rank's shard every epoch (seeded by train.seed "
                           "and the epoch)", default=True)
     shuffle_buffer: int = _help("tfrecord: records held in the shuffle buffer", default=10_000)
-    cache: DataCache = _help("images: decode each rank's images once and keep them in memory: "
-                             "on, off, or auto (when the rank's share needs at most 1 GiB "
+    cache: DataCache = _help("images and tfrecord: decode each rank's share once and keep it "
+                             "in memory: on, off, or auto (when the share needs at most 1 GiB "
                              "decoded)", default="auto")
     verify_images: bool = _help("images: before training, every rank decodes its share of "
                                 "the files once, so that a corrupt file stops the run at "

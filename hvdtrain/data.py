@@ -203,8 +203,8 @@ def _tfrecord(cfg: DataConfig) -> DataSet:
         raise UserError("data.source=tfrecord needs the eval records too: pass "
                         "--set data.eval_path=PATH")
     num_classes = len(names) or cfg.num_classes
-    train = records.scan(train_spec, shape, num_classes)
-    evaluation = records.scan(eval_spec, shape, num_classes)
+    train = records.scan(train_spec, shape, num_classes, cache=cfg.cache)
+    evaluation = records.scan(eval_spec, shape, num_classes, cache=cfg.cache)
     return DataSet(train, evaluation, shape, num_classes,
                    f"tfrecord {len(train)} train ({len(train.files)} files) + "
                    f"{len(evaluation)} eval, {shape}", names)

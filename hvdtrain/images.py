@@ -8,7 +8,6 @@ sharding takes ``rank`` and ``size`` as arguments.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +16,9 @@ import numpy as np
 import tensorflow as tf
 
 from hvdtrain import sharding
-from hvdtrain.tfdata import TrainStream, indexed_train, with_thread_budget
+from hvdtrain.tfdata import TrainStream, indexed_train, keeps_in_memory, with_thread_budget
 from hvdtrain.errors import UserError
 
-AUTO_CACHE_BYTES = 1 << 30    # data.cache=auto: a rank's decoded share (float32) up to 1 GiB
 # The first bytes of the formats decoded here (tf.io.decode_image also reads GIF and BMP, but
 # hvdtrain promises JPEG and PNG).
 MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
@@ -184,11 +182,8 @@ def decoder(image_shape: tuple[int, ...]):
 
 
 def cached(split: ImageFiles, count: int) -> bool:
-    """Whether a rank keeps its ``count`` images in memory once decoded (data.cache: on, off,
-    auto: when they fit). Decoding a small image can cost more than a small model's step."""
-    if split.cache == "auto":
-        return count * 4 * math.prod(split.image_shape) <= AUTO_CACHE_BYTES
-    return split.cache == "on"
+    """Whether a rank keeps its ``count`` images in memory once decoded (data.cache)."""
+    return keeps_in_memory(split.cache, count, split.image_shape)
 
 
 def decoded(paths, image_shape: tuple[int, ...]) -> tf.data.Dataset:

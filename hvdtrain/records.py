@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from hvdtrain import sharding
 from hvdtrain.errors import UserError
-from hvdtrain.tfdata import TrainStream, with_thread_budget
+from hvdtrain.tfdata import TrainStream, indexed_train, keeps_in_memory, with_thread_budget
 
 FEATURES = {"image_raw": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
@@ -29,6 +29,7 @@ class Records:
     files: tuple[str, ...]
     counts: tuple[int, ...]
     image_shape: tuple[int, ...]
+    cache: str = "off"           # data.cache: on, off, auto (tfdata.keeps_in_memory)
 
     def __len__(self) -> int:
         return sum(self.counts)
@@ -75,7 +76,7 @@ def check_labels(y: np.ndarray, num_classes: int, path: str) -> None:
 
 def scan(spec: str, image_shape: tuple[int, ...], num_classes: int | None, *,
          shape_from: str = "data.image_shape",
-         shape_fix: str = "pass the shape of the stored images") -> Records:
+         shape_fix: str = "pass the shape of the stored images", cache: str = "off") -> Records:
     """Counts the records of every file and checks each one parses, with the right image size
     and labels in range (``num_classes``; None: any label), so that a bad file stops the run
     before training, on every rank. ``shape_from`` and ``shape_fix``: where a wrong size's
@@ -97,7 +98,7 @@ def scan(spec: str, image_shape: tuple[int, ...], num_classes: int | None, *,
         if num_classes is not None:
             check_labels(labels, num_classes, path)
         counts.append(len(labels))
-    return Records(tuple(files), tuple(counts), tuple(image_shape))
+    return Records(tuple(files), tuple(counts), tuple(image_shape), cache)
 
 
 def _lengths_and_labels(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -144,34 +145,65 @@ def decoder(image_shape: tuple[int, ...]):
     return decode
 
 
+def _own_records(split: Records, rank: int, size: int) -> tuple[list[str] | None,
+                                                              tf.data.Dataset]:
+    """This rank's files (None when there are fewer files than ranks) and its records in file
+    order: whole files per rank, or else every size-th record of all files."""
+    own_files = sharding.shard_files(list(split.files), rank, size)
+    if own_files is not None:
+        return own_files, tf.data.TFRecordDataset(own_files)
+    return None, tf.data.TFRecordDataset(list(split.files)).shard(size, rank)
+
+
 def train_stream(split: Records, rank: int, size: int, batch_size: int, first_epoch: int,
                  epochs: int, seed: int, shuffle: bool, shuffle_buffer: int,
                  pad: bool) -> TrainStream:
-    """This rank's batches, epoch by epoch: every shuffle of an epoch is seeded by (seed, epoch,
-    rank) and the interleave is deterministic, so a resumed run replays the epochs an
-    uninterrupted one ran."""
-    own_files = sharding.shard_files(list(split.files), rank, size)
-    # Ranks with fewer records wrap around their own shard, so every rank runs the steps of the
-    # largest shard and none waits in an all-reduce that its peers never join (unless not
+    """This rank's batches, epoch by epoch, each epoch exactly its steps of full batches (a
+    rank wraps around its share). The order is a function of (seed, epoch, rank), so a resumed
+    run replays the epochs an uninterrupted one ran."""
+    # Ranks with fewer records wrap around their own share, so every rank runs the steps of the
+    # largest share and none waits in an all-reduce that its peers never join (unless not
     # padded: then each runs its own share and waits in hvd.join).
     per_rank = sharding.records_per_rank(split.counts, size)
     steps = math.ceil((max(per_rank) if pad else per_rank[rank]) / batch_size)
+    if keeps_in_memory(split.cache, per_rank[rank], split.image_shape):
+        orders = sharding.orders_of(np.arange(per_rank[rank]), steps * batch_size, rank,
+                                    first_epoch, epochs, seed, shuffle)
+        return _kept_stream(split, rank, size, batch_size, orders)
+    return _streamed(split, rank, size, batch_size, steps,
+                     sharding.epoch_seeds(seed, rank, first_epoch, epochs),
+                     shuffle_buffer if shuffle else 0)
+
+
+def _kept_stream(split: Records, rank: int, size: int, batch_size: int,
+                 orders: np.ndarray) -> TrainStream:
+    """data.cache: the rank's records decoded once into memory, each epoch gathered by its row
+    of ``orders`` (positions among the rank's records, the array rule)."""
+    x, y = decoded_all(_own_records(split, rank, size)[1], split.image_shape)
+    x, y = tf.constant(x), tf.constant(y)
+    return indexed_train(orders, batch_size, lambda pos: (tf.gather(x, pos), tf.gather(y, pos)))
+
+
+def _streamed(split: Records, rank: int, size: int, batch_size: int, steps: int,
+              epoch_seeds: np.ndarray, shuffle_buffer: int) -> TrainStream:
+    """The rank's records read from the files every epoch: its files in an order shuffled by
+    the epoch's seed, then its records through a shuffle buffer (0: neither shuffle)."""
+    own_files, own = _own_records(split, rank, size)
 
     def one_epoch(epoch_seed: tf.Tensor) -> tf.data.Dataset:
-        if own_files is not None:  # whole files per rank: no rank reads another's records
+        ds = own
+        if own_files is not None:
             files = tf.data.Dataset.from_tensor_slices(own_files)
-            if shuffle:
+            if shuffle_buffer:
                 files = files.shuffle(len(own_files), seed=epoch_seed)
-            ds = files.interleave(tf.data.TFRecordDataset, cycle_length=min(4, len(own_files)),
-                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        else:  # fewer files than ranks: every rank reads all files, keeps every size-th record
-            ds = tf.data.TFRecordDataset(list(split.files)).shard(size, rank)
-        if shuffle:
+            # Sequential (no num_parallel_calls): the same order, and on a rank's one or two
+            # cores faster than a parallel interleave's threads (hvdtrain bench input).
+            ds = files.interleave(tf.data.TFRecordDataset, cycle_length=min(4, len(own_files)))
+        if shuffle_buffer:
             ds = ds.shuffle(shuffle_buffer, seed=epoch_seed)
         return ds.repeat().take(steps * batch_size)   # each epoch exactly its steps
 
-    seeds = sharding.epoch_seeds(seed, rank, first_epoch, epochs)
-    ds = (tf.data.Dataset.from_tensor_slices(seeds).flat_map(one_epoch)
+    ds = (tf.data.Dataset.from_tensor_slices(epoch_seeds).flat_map(one_epoch)
           .batch(batch_size, drop_remainder=True)
           .map(batch_decoder(split.image_shape), num_parallel_calls=tf.data.AUTOTUNE)
           .prefetch(tf.data.AUTOTUNE))
@@ -182,7 +214,19 @@ def train_stream(split: Records, rank: int, size: int, batch_size: int, first_ep
     return TrainStream(with_thread_budget(ds.with_options(options)), steps, steps * batch_size)
 
 
+def decoded_all(records: tf.data.Dataset, image_shape: tuple[int, ...]) -> tuple[np.ndarray,
+                                                                                  np.ndarray]:
+    """``records`` decoded: float32 images [n, *image_shape] and int32 labels [n]."""
+    chunks = list(with_thread_budget(records.batch(4096).map(batch_decoder(image_shape)))
+                  .as_numpy_iterator())
+    if not chunks:
+        return np.zeros((0, *image_shape), np.float32), np.zeros(0, np.int32)
+    return np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks])
+
+
 def eval_records(split: Records, rank: int, size: int) -> tf.data.Dataset:
-    """This rank's disjoint share of the records, in file order, decoded."""
-    return (tf.data.TFRecordDataset(list(split.files)).shard(size, rank)
-            .map(decoder(split.image_shape), num_parallel_calls=tf.data.AUTOTUNE))
+    """This rank's disjoint share of the records, in file order, decoded (kept when cached)."""
+    ds = (tf.data.TFRecordDataset(list(split.files)).shard(size, rank)
+          .map(decoder(split.image_shape), num_parallel_calls=tf.data.AUTOTUNE))
+    share = len(sharding.shard_indices(len(split), rank, size))
+    return ds.cache() if keeps_in_memory(split.cache, share, split.image_shape) else ds

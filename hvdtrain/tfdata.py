@@ -10,6 +10,17 @@ import numpy as np
 import tensorflow as tf
 
 
+AUTO_CACHE_BYTES = 1 << 30    # data.cache=auto: a rank's decoded share (float32) up to 1 GiB
+
+
+def keeps_in_memory(cache: str, count: int, image_shape: tuple[int, ...]) -> bool:
+    """Whether a rank keeps its ``count`` decoded samples in memory (data.cache: on, off, auto:
+    when they fit). Decoding a small sample can cost more than a small model's step."""
+    if cache == "auto":
+        return count * 4 * math.prod(image_shape) <= AUTO_CACHE_BYTES
+    return cache == "on"
+
+
 @dataclass(frozen=True)
 class TrainStream:
     dataset: tf.data.Dataset

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import RECORD_SHAPE, write_records, write_shards
-from hvdtrain import data, records, sharding
+from hvdtrain import data, records, sharding, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
 
@@ -477,21 +477,33 @@ def _pixels(x: np.ndarray) -> np.ndarray:
     return values[:, 0, 0, 0]
 
 
-def _records(tmp_path, counts) -> data.Records:
+def _records(tmp_path, counts, cache="off") -> data.Records:
     folder = tmp_path / "records"
     write_shards(folder, counts)
     ev = write_records(tmp_path / "eval.tfrecord", range(3))
-    return data.load(_tfr_cfg(folder, ev), seed=0).train
+    return data.load(_tfr_cfg(folder, ev, cache=cache), seed=0).train
 
 
+KEPT_OR_STREAMED = pytest.mark.parametrize("cache", ["on", "off"])   # data.cache's two paths
+
+
+@pytest.mark.parametrize("cache, count, kept", [
+    ("on", 10**9, True), ("off", 1, False),
+    ("auto", tfdata.AUTO_CACHE_BYTES // (4 * 64), True),       # 8x8x1 float32: 256 B each
+    ("auto", tfdata.AUTO_CACHE_BYTES // (4 * 64) + 1, False)])
+def test_auto_cache_keeps_what_fits_in_a_gib(cache, count, kept):
+    assert tfdata.keeps_in_memory(cache, count, (8, 8, 1)) is kept
+
+
+@KEPT_OR_STREAMED
 @pytest.mark.parametrize("counts, owned", [
     ((3, 5, 2, 4), [set(range(0, 3)) | set(range(8, 10)),      # files 0 and 2
                     set(range(3, 8)) | set(range(10, 14))]),   # files 1 and 3
     ((7,), [{0, 2, 4, 6}, {1, 3, 5}]),                         # one file: record sharding
 ])
 @pytest.mark.parametrize("shuffle", [True, False])
-def test_record_train_equal_steps_and_own_shard(tmp_path, counts, owned, shuffle):
-    split = _records(tmp_path, counts)
+def test_record_train_equal_steps_and_own_shard(tmp_path, counts, owned, shuffle, cache):
+    split = _records(tmp_path, counts, cache)
     batch = 2
     streams = [data.train_dataset(split, rank=r, size=2, batch_size=batch, first_epoch=0,
                                   epochs=2, seed=5, shuffle=shuffle, shuffle_buffer=64)
@@ -515,10 +527,11 @@ def test_record_train_equal_steps_and_own_shard(tmp_path, counts, owned, shuffle
             assert set(first.tolist()) == owned[rank]
 
 
+@KEPT_OR_STREAMED
 @pytest.mark.parametrize("counts", [(3, 5, 2, 4), (7,)])
 @pytest.mark.parametrize("size", [1, 2, 3])
-def test_record_eval_is_disjoint_complete_and_unpadded(tmp_path, counts, size):
-    split = _records(tmp_path, counts)
+def test_record_eval_is_disjoint_complete_and_unpadded(tmp_path, counts, size, cache):
+    split = _records(tmp_path, counts, cache)
     seen = []
     for rank in range(size):
         for x, y in data.eval_dataset(split, rank=rank, size=size, batch_size=4) \
@@ -529,9 +542,10 @@ def test_record_eval_is_disjoint_complete_and_unpadded(tmp_path, counts, size):
     assert sorted(seen) == list(range(sum(counts)))
 
 
+@KEPT_OR_STREAMED
 @pytest.mark.parametrize("counts", [(3, 5, 2, 4), (7,)])   # whole files, record by record
-def test_resumed_record_stream_equals_the_uninterrupted_one(tmp_path, counts):
-    split = _records(tmp_path, counts)
+def test_resumed_record_stream_equals_the_uninterrupted_one(tmp_path, counts, cache):
+    split = _records(tmp_path, counts, cache)
 
     def stream(first_epoch, seed=5):
         s = data.train_dataset(split, rank=1, size=2, batch_size=2, first_epoch=first_epoch,
