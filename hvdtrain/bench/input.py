@@ -4,9 +4,11 @@ For each bundled model at its preset's input and per-rank batch (``digits``: cnn
 ``digits-mlp``: mlp, at 8x8x1 and 32; ``synthetic-resnet``: resnet_small at 32x32x3 and 64;
 ``synthetic-mobilenetv2``: mobilenetv2 at 64x64x3 and 16), and each source that holds that
 input: ``digits`` (8x8x1 only), ``synthetic``, ``npz``, ``tfrecord`` (that .npz through
-``hvdtrain data convert``, 4 shards) and ``images`` (one folder of PNG and JPEG files per class,
-the JPEGs at twice the size, as ``digit_files`` writes them). The files hold scikit-learn's
-digits, each pixel repeated up to the input's size, grey repeated to its channels.
+``hvdtrain data convert``, 4 shards, kept in memory as the default ``data.cache=auto`` does),
+``tfrecord-streamed`` (the same shards read every epoch: ``data.cache=off``, as for a share
+over 1 GiB) and ``images`` (one folder of PNG and JPEG files per class, the JPEGs at twice the
+size, as ``digit_files`` writes them). The files hold scikit-learn's digits, each pixel
+repeated up to the input's size, grey repeated to its channels.
 
 Two rates in samples/s, measured one after the other in one process bound to ``threads`` cores
 with as many TensorFlow intra-op threads (default 1: the one-core-per-rank budget of ``bench
@@ -35,7 +37,7 @@ from typing import Any
 from hvdtrain.bench import common
 
 GOAL = 2.0
-SOURCES = ("digits", "synthetic", "npz", "tfrecord", "images")
+SOURCES = ("digits", "synthetic", "npz", "tfrecord", "tfrecord-streamed", "images")
 SEED = 42
 WARMUP_BATCHES = 5
 EPOCHS = 20         # of the pipeline, as one training run of 20 epochs would read them
@@ -109,6 +111,8 @@ def _sources(shape: tuple[int, ...], samples: int, work: Path) -> dict[str, Any]
         synthetic=DataConfig(source="synthetic", num_samples=samples, image_shape=shape),
         npz=DataConfig(source="npz", path=str(folder / "digits.npz"), num_classes=0),
         tfrecord=DataConfig(source="tfrecord", path=str(folder / "shards")),
+        **{"tfrecord-streamed": DataConfig(source="tfrecord", path=str(folder / "shards"),
+                                           cache="off")},
         images=DataConfig(source="images", path=str(folder / "images"), image_shape=shape))
     return configs
 
@@ -188,6 +192,7 @@ def rank_main(options: dict[str, Any]) -> None:
 # Driver
 
 def run(out_dir: Path, *, quick: bool = False, threads: int = 1) -> dict[str, Any]:
+    machine = common.machine()   # before the work: its load is the machine's own
     plan = QUICK if quick else FULL
     common.say(f"input: {', '.join(plan.presets)} against every source, {threads} core(s)...")
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
@@ -198,10 +203,10 @@ def run(out_dir: Path, *, quick: bool = False, threads: int = 1) -> dict[str, An
         raw = common.read_json_output(out, "input pipeline benchmark", output)
     rows = compare(raw)
     for r in rows:
-        common.say(f"  {r['model']:<12} {r['source']:<9} pipeline "
+        common.say(f"  {r['model']:<12} {r['source']:<17} pipeline "
                    f"{r['pipeline_samples_per_sec']['median']:>10,.0f}  step "
                    f"{r['step_samples_per_sec']['median']:>8,.0f}  x{r['ratio']:.1f}")
-    result = {"benchmark": "input", "machine": common.machine(), "plan": asdict(plan),
+    result = {"benchmark": "input", "machine": machine, "plan": asdict(plan),
               "goal": GOAL, "threads": threads, "cores": raw["cores"], "results": rows,
               "raw": raw}
     common.write_outputs(out_dir, "input", result, markdown(result))

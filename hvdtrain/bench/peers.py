@@ -337,6 +337,7 @@ def unavailable(system: str) -> str | None:
 
 
 def run(out_dir: Path, *, quick: bool = False) -> dict[str, Any]:
+    machine = common.machine()   # before the work: its load is the machine's own
     epochs = QUICK_EPOCHS if quick else FULL_EPOCHS
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
@@ -358,7 +359,7 @@ def run(out_dir: Path, *, quick: bool = False) -> dict[str, Any]:
         ours = by["hvdtrain"]["samples_per_sec"]["median"]
         for r in ran:
             r["hvdtrain_speedup"] = ours / r["samples_per_sec"]["median"]
-    result = {"benchmark": "peers", "machine": common.machine(), "epochs": epochs,
+    result = {"benchmark": "peers", "machine": machine, "epochs": epochs,
               "batch_per_replica": BATCH, "target_accuracy": TARGET_ACCURACY, "results": rows}
     common.write_outputs(out_dir, "peers", result, markdown(result))
     plot(out_dir, result)

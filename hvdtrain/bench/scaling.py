@@ -205,6 +205,7 @@ def run(out_dir: Path, *, models: Sequence[str], plan: Plan,
         versus: dict[str, Any]) -> dict[str, Any]:
     """Every model at every world size; ``versus`` is the comparison with Horovod's own
     benchmark (versus_horovod.run), reported beside the rows."""
+    machine = common.machine()   # before the work: its load is the machine's own
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for name in models:
@@ -215,7 +216,7 @@ def run(out_dir: Path, *, models: Sequence[str], plan: Plan,
                 common.say(f"  {row['total_samples_per_sec']['median']:,.1f} samples/s total "
                            f"(spread {row['total_samples_per_sec']['spread']:.0%})")
         add_efficiency(rows)
-    result = {"benchmark": "scaling", "machine": common.machine(), "plan": asdict(plan),
+    result = {"benchmark": "scaling", "machine": machine, "plan": asdict(plan),
               "results": rows, "versus_horovod_synthetic": versus}
     common.write_outputs(out_dir, "scaling", result, markdown(result))
     plot(out_dir, result)

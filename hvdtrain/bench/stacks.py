@@ -60,6 +60,7 @@ def run(out_dir: Path, *, other_python: str, model: str = "mlp", rounds: int = 5
         quick: bool = False, steps: int | None = None) -> dict[str, Any]:
     """``steps``: timed steps per repeat (default: bench scaling's); a small model's steps take
     a millisecond or two, too short to time in a few."""
+    machine = common.machine()   # before the work: its load is the machine's own
     plan = scaling.QUICK if quick else scaling.FULL
     if steps:
         plan = dataclasses.replace(plan, steps_per_repeat=steps)
@@ -76,7 +77,7 @@ def run(out_dir: Path, *, other_python: str, model: str = "mlp", rounds: int = 5
                 common.say(f"stacks: round {i + 1}/{rounds}, {which} stack ({model})...")
                 row[which] = measure_stack(pythons[which], workload, plan, Path(tmp))
             measured.append(row)
-    result = {"benchmark": "stacks", "machine": common.machine(), "model": model,
+    result = {"benchmark": "stacks", "machine": machine, "model": model,
               "plan": {"rounds": rounds, **asdict(plan)},
               "stacks": {k: measured[0][k]["stack"] for k in pythons},
               "load_average_before_each_round": loads, "rounds": measured,
