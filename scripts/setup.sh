@@ -142,6 +142,15 @@ if ! has_version horovod 0.28.1; then
         "${PIP[@]}" install --no-build-isolation --no-cache-dir "${source[@]}"
 fi
 
+# 4b. horovodrun's "built with Gloo/MPI" check without importing TensorFlow, on both stacks:
+# seconds off every horovodrun launch (the patch says why). The same answer: step 6 checks it.
+LAUNCHER_PATCH=scripts/patches/horovod-0.28.1-fast-build-check.patch
+site=$("$PY" -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("horovod").submodule_search_locations[0]))')
+if ! grep -q "_library_only" "$site/horovod/common/util.py"; then
+    say "patching horovodrun's build check: $LAUNCHER_PATCH"
+    patch -s -p1 -d "$site" <"$LAUNCHER_PATCH" || die "cannot apply $LAUNCHER_PATCH"
+fi
+
 # 5. hvdtrain itself, editable, so the checkout is what runs.
 if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain' 2>/dev/null; then
     say "installing hvdtrain (editable)"

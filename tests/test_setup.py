@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -41,3 +42,28 @@ def test_setup_passes_the_version_check_on_311(tmp_path):
     result = _setup(tmp_path, _fake_python(tmp_path, "3.11.7"))
     assert "python-fake is Python" not in result.stderr
     assert "creating virtualenv" in result.stdout
+
+
+def _python(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip()
+
+
+def test_horovodrun_build_check_answers_from_the_library_without_tensorflow():
+    # scripts/patches/horovod-0.28.1-fast-build-check.patch: horovodrun asks whether Gloo and
+    # MPI were built from the extension's library alone. The fast path must really be taken
+    # (not its fallback, the TensorFlow import) and give the extension's own answers.
+    fast = _python("import sys; from horovod.common import util\n"
+                   "gloo = util._library_only('tensorflow', 'built with Gloo')\n"
+                   "mpi = util._library_only('tensorflow', 'built with MPI')\n"
+                   "assert gloo is not None and mpi is not None, 'the fast path failed'\n"
+                   "assert 'tensorflow' not in sys.modules, 'the fast path imported TensorFlow'\n"
+                   "print(gloo.gloo_built(), mpi.mpi_built())")
+    imported = _python("import horovod.tensorflow as hvd; print(hvd.gloo_built(), hvd.mpi_built())")
+    assert fast == imported.splitlines()[-1] == "True True"
+    # Control: any other check (here "built": whether an extension exists) takes the import.
+    _python("from horovod.common import util\n"
+            "assert util._library_only('tensorflow', 'built') is None\n"
+            "assert util._library_only('torch', 'built with MPI') is None")
