@@ -222,9 +222,7 @@ def train_dataset(split: Split, *, rank: int, size: int, batch_size: int, first_
     if isinstance(split, Arrays):
         orders = sharding.epoch_orders(len(split), rank, size, first_epoch, epochs, seed,
                                        shuffle, pad)
-        x, y = tf.constant(split.x), tf.constant(split.y)
-        return tfdata.indexed_train(orders, batch_size,
-                                    lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
+        return tfdata.gathered_train(split.x, split.y, orders, batch_size)
     if isinstance(split, images.ImageFiles):
         return images.train_stream(split, rank, size, batch_size, first_epoch, epochs, seed,
                                    shuffle, pad)

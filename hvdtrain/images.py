@@ -16,7 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from hvdtrain import sharding
-from hvdtrain.tfdata import TrainStream, indexed_train, keeps_in_memory, with_thread_budget
+from hvdtrain.tfdata import (TrainStream, gathered_train, indexed_train, keeps_in_memory,
+                             with_thread_budget)
 from hvdtrain.errors import UserError
 
 # The first bytes of the formats decoded here (tf.io.decode_image also reads GIF and BMP, but
@@ -279,10 +280,8 @@ def train_stream(split: ImageFiles, rank: int, size: int, batch_size: int, first
     orders = sharding.orders_of(own, padded_width(split, size, rank, pad), rank,
                                 first_epoch, epochs, seed, shuffle)
     if cached(split, len(own)):  # decode this rank's files once; batches gather from memory
-        x = tf.constant(decode_all([split.paths[i] for i in own], split.image_shape))
-        y = tf.constant(split.labels[own])
-        return indexed_train(np.searchsorted(own, orders), batch_size,
-                             lambda pos: (tf.gather(x, pos), tf.gather(y, pos)))
+        return gathered_train(decode_all([split.paths[i] for i in own], split.image_shape),
+                              split.labels[own], np.searchsorted(own, orders), batch_size)
     labels = tf.constant(split.labels)
     fetch = batch_decoder(tf.constant(split.paths), split.image_shape)
     return indexed_train(orders, batch_size, lambda idx: (fetch(idx), tf.gather(labels, idx)))

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from hvdtrain import sharding
 from hvdtrain.errors import UserError
-from hvdtrain.tfdata import TrainStream, indexed_train, keeps_in_memory, with_thread_budget
+from hvdtrain.tfdata import TrainStream, gathered_train, keeps_in_memory, with_thread_budget
 
 FEATURES = {"image_raw": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
@@ -179,9 +179,8 @@ def _kept_stream(split: Records, rank: int, size: int, batch_size: int,
                  orders: np.ndarray) -> TrainStream:
     """data.cache: the rank's records decoded once into memory, each epoch gathered by its row
     of ``orders`` (positions among the rank's records, the array rule)."""
-    x, y = decoded_all(_own_records(split, rank, size)[1], split.image_shape)
-    x, y = tf.constant(x), tf.constant(y)
-    return indexed_train(orders, batch_size, lambda pos: (tf.gather(x, pos), tf.gather(y, pos)))
+    x, y = _decoded_all(_own_records(split, rank, size)[1], split.image_shape)
+    return gathered_train(x, y, orders, batch_size)
 
 
 def _streamed(split: Records, rank: int, size: int, batch_size: int, steps: int,
@@ -214,7 +213,7 @@ def _streamed(split: Records, rank: int, size: int, batch_size: int, steps: int,
     return TrainStream(with_thread_budget(ds.with_options(options)), steps, steps * batch_size)
 
 
-def decoded_all(records: tf.data.Dataset, image_shape: tuple[int, ...]) -> tuple[np.ndarray,
+def _decoded_all(records: tf.data.Dataset, image_shape: tuple[int, ...]) -> tuple[np.ndarray,
                                                                                   np.ndarray]:
     """``records`` decoded: float32 images [n, *image_shape] and int32 labels [n]."""
     chunks = list(with_thread_budget(records.batch(4096).map(batch_decoder(image_shape)))

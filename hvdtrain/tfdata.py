@@ -49,3 +49,11 @@ def indexed_train(orders: np.ndarray, batch_size: int,
           .prefetch(tf.data.AUTOTUNE))
     samples = orders.shape[1]
     return TrainStream(with_thread_budget(ds), math.ceil(samples / batch_size), samples)
+
+
+def gathered_train(x: np.ndarray, y: np.ndarray, orders: np.ndarray,
+                   batch_size: int) -> TrainStream:
+    """``indexed_train`` over samples held in memory: each batch gathered from ``x`` and ``y``
+    by its positions in ``orders``."""
+    x, y = tf.constant(x), tf.constant(y)
+    return indexed_train(orders, batch_size, lambda pos: (tf.gather(x, pos), tf.gather(y, pos)))
