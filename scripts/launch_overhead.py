@@ -6,7 +6,8 @@ in interleaved rounds (unpatched, patched, unpatched, ...) on each stack's virtu
 Times `horovodrun -np 2 -H localhost:2 --gloo python -c pass` (nothing but the launch) and,
 for reference, `mpirun -np 2 python -c pass`. The patch is taken off and put back between
 rounds with `patch -R` / `patch`, so the installed Horovod ends patched as it began. Needs a
-quiet machine: the load average is recorded before each round.
+quiet machine (the load average is recorded before each round), and nothing else launching
+horovodrun meanwhile: between rounds the installed Horovod is unpatched for a moment.
 """
 from __future__ import annotations
 
