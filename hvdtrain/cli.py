@@ -246,7 +246,10 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run())
+    status = run()
+    if status == 0:
+        launching.exit_after_success()
+    sys.exit(status)
 
 
 if __name__ == "__main__":

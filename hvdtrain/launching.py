@@ -1,15 +1,17 @@
 """Starting N ranks from Python: the command line per launcher and the environment every launch
 gets. The benchmarks and the tests launch through these; nothing here imports TensorFlow or
 Horovod. This is also the one place that sets hvdtrain's process-wide settings (TensorFlow's
-log level, Open MPI's run-as-root permission).
+log level, Open MPI's run-as-root permission), and the place that ends a rank's process.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
-from typing import MutableMapping, Mapping, Sequence
+from typing import MutableMapping, Mapping, NoReturn, Sequence
 
 from hvdtrain.errors import UserError
 
@@ -27,6 +29,29 @@ def quiet_tensorflow(environ: MutableMapping[str, str] = os.environ) -> None:
     """Before TensorFlow loads; a level the user set wins."""
     for name, value in QUIET_TENSORFLOW.items():
         environ.setdefault(name, value)
+
+
+def exit_after_success() -> NoReturn:
+    """Ends a process whose work is done (exit status 0) without Python's teardown of
+    TensorFlow's modules: that takes 1.5 s of a core per process, 2.4 to 3.4 s of a 2-rank
+    job's wall time under mpirun (measured), and frees nothing the system would not.
+
+    What the usual exit does that matters still happens first: the exit handlers (Horovod's
+    shutdown, which finalizes MPI and the timeline; logging's flush) and the flush of stdout and
+    stderr. Files are closed by then (fit and the custom loop end their callbacks, TensorBoard's
+    writers included). A process that still runs a thread it would wait for, or that loaded
+    mpi4py (which finalizes MPI in the teardown itself), exits the usual way."""
+    others = [t for t in threading.enumerate()
+              if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if "tensorflow" not in sys.modules or others or "mpi4py.MPI" in sys.modules:
+        sys.exit(0)
+    atexit._run_exitfuncs()  # CPython's own first step of an exit
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing left to lose
+            pass
+    os._exit(0)
 
 
 def launch_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -59,13 +59,18 @@ def measure(venv: Path, rounds: int) -> dict:
             rows.append(row)
     finally:
         set_patched(venv, True)
-    ratios = [r["unpatched"] / r["patched"] for r in rows]
+    return compared(rows, "unpatched", "patched", "mpirun")
+
+
+def compared(rows: list[dict], slow: str, fast: str, *others: str) -> dict:
+    """Interleaved rounds of ``slow`` and ``fast`` (seconds): the median of each, the seconds
+    saved, and the median ratio over rounds with its spread, (max - min) / median."""
+    ratios = [r[slow] / r[fast] for r in rows]
     ratio = statistics.median(ratios)
-    saved = [r["unpatched"] - r["patched"] for r in rows]
+    saved = [r[slow] - r[fast] for r in rows]
     return {"rounds": rows, "saved_s": {"median": statistics.median(saved), "min": min(saved),
                                         "max": max(saved)},
-            "median_s": {k: statistics.median(r[k] for r in rows)
-                         for k in ("unpatched", "patched", "mpirun")},
+            "median_s": {k: statistics.median(r[k] for r in rows) for k in (slow, fast, *others)},
             "ratio": ratio, "spread": (max(ratios) - min(ratios)) / ratio}
 
 

@@ -63,3 +63,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    from hvdtrain import launching
+    launching.exit_after_success()
