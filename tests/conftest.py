@@ -233,6 +233,17 @@ def launcher(request) -> str:
     return request.param
 
 
+def launcher_turns(cases: Sequence[str], under_both: Sequence[str]) -> list[tuple[str, str]]:
+    """(case, launcher) pairs for a table of bad inputs. What a launcher does with a user
+    error depends on the path that stops the ranks, not on the message: ``under_both`` names
+    one case per path (every rank finds it, one rank finds it, ...), run under both launchers.
+    Every other case takes one launcher, in turn: its message is the only difference."""
+    assert set(under_both) <= set(cases), under_both
+    turns = itertools.cycle(LAUNCHERS)
+    return [(case, launcher) for case in cases
+            for launcher in (LAUNCHERS if case in under_both else [next(turns)])]
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks several test files make
 

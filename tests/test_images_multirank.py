@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import (assert_ok, assert_stopped_with_one_line, exported_model, hvdtrain, launch,
-                      launcher_env)
+                      launcher_env, launcher_turns)
 from hvdtrain.digit_files import SORTED, write_digit_tree, write_digits
 
 pytestmark = pytest.mark.multirank
@@ -131,10 +131,16 @@ def _bad(root: Path, case: str) -> tuple[list[str], str]:
     raise AssertionError(case)
 
 
-@pytest.mark.fault
-@pytest.mark.parametrize("case", ["truncated jpeg", "not an image", "empty class",
+# Under both launchers: a file on one rank's share only (the other rank has no problem), and a
+# problem every rank finds.
+BAD_IMAGES_RUNS = launcher_turns(["truncated jpeg", "not an image", "empty class",
                                   "eval classes differ", "fewer files than ranks",
-                                  "missing folder"])
+                                  "missing folder"],
+                                 under_both=["truncated jpeg", "missing folder"])
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("case, launcher", BAD_IMAGES_RUNS)
 def test_bad_images_stop_every_rank_with_one_line(case, launcher, tmp_path):
     args, expected = _bad(tmp_path / "data", case)
     run_dir = tmp_path / "run"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import (EXACT, assert_ok, assert_stopped_with_one_line, exported_model,
-                      hvdtrain, importable_from, largest_difference, launch, snapshot, weights,
-                      worker, write_records)
+                      hvdtrain, importable_from, largest_difference, launch, launcher_turns,
+                      snapshot, weights, worker, write_records)
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
@@ -211,17 +211,17 @@ BAD_INPUT = {
                                  "--set", "data.eval_fraction=0.5"], "1 samples but 2 ranks"),
     "unknown model": (["--model", "resnet51"], "unknown model 'resnet51'"),
     "run dir in use": (["--epochs", "1"], "already holds a run"),
-    # Refused while reading the command line, before Horovod starts: the ranks do the same
-    # under either launcher, so each runs under one (both launchers take their turn).
+    # Refused while reading the command line, before Horovod starts.
     "batch size 0": (["--batch-size", "0"], "train.batch_size must be > 0"),
     "negative lr": (["--lr", "-0.1"], "optim.lr must be > 0"),
     "unknown preset": (["--preset", "imagenet"], "unknown preset 'imagenet'"),
     "unknown key": (["--set", "train.epoch=3"], "did you mean 'train.epochs'"),
 }
-BEFORE_HOROVOD = {"batch size 0": "gloo", "negative lr": "mpi", "unknown preset": "gloo",
-                  "unknown key": "mpi"}
-BAD_INPUT_RUNS = [(case, launcher) for case in BAD_INPUT for launcher in ("gloo", "mpi")
-                  if BEFORE_HOROVOD.get(case, launcher) == launcher]
+# Under both launchers, one case per way the ranks stop after Horovod starts: every rank finds
+# the problem in its data, every rank in building the model, rank 0 alone in the run directory.
+# Every other case (those before Horovod included) takes one launcher, in turn.
+BAD_INPUT_RUNS = launcher_turns(list(BAD_INPUT),
+                                under_both=["missing file", "unknown model", "run dir in use"])
 
 
 @pytest.mark.fault

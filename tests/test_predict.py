@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_ok, assert_stopped_with_one_line, hvdtrain, launch, launcher_env
+from conftest import (assert_ok, assert_stopped_with_one_line, hvdtrain, launch, launcher_env,
+                      launcher_turns)
 from hvdtrain import checkpoints, convert, images, models, predict, predict_inputs, records
 from hvdtrain.config import Config, ModelConfig
 from hvdtrain.digit_files import SORTED, digits_uint8, write_digit_tree, write_digits
@@ -251,8 +252,9 @@ def _bad_predict(case: str, trained: dict[str, Path], root: Path) -> tuple[list[
 
 @pytest.mark.multirank
 @pytest.mark.fault
-@pytest.mark.parametrize("case", ["wrong shape", "corrupt image", "corrupt npz",
-                                  "truncated records"])
+@pytest.mark.parametrize("case, launcher", launcher_turns(
+    ["wrong shape", "corrupt image", "corrupt npz", "truncated records"],
+    under_both=["corrupt image"]))   # on one rank's share; the others every rank finds
 def test_bad_input_after_horovod_starts_stops_every_rank(case, launcher, trained, tmp_path):
     args, expected = _bad_predict(case, trained, tmp_path)
     out = tmp_path / "p.csv"
