@@ -33,8 +33,8 @@ def quiet_tensorflow(environ: MutableMapping[str, str] = os.environ) -> None:
 
 def exit_after_success() -> NoReturn:
     """Ends a process whose work is done (exit status 0) without Python's teardown of
-    TensorFlow's modules: that takes 1.5 s of a core per process, 2.4 to 3.4 s of a 2-rank
-    job's wall time under mpirun (measured), and frees nothing the system would not.
+    TensorFlow's modules, which takes over a second per process and frees nothing the system
+    would not (figures: docs/stacks.md, "A rank's exit").
 
     What the usual exit does that matters still happens first: the exit handlers (Horovod's
     shutdown, which finalizes MPI and the timeline; logging's flush) and the flush of stdout and
