@@ -10,16 +10,13 @@ round.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch_overhead import ROOT, STACKS, compared, seconds  # noqa: E402
+from launch_overhead import compared, footer, measure_and_write, noise, seconds  # noqa: E402
 
 USUAL_EXIT = "import sys; from hvdtrain import cli; sys.exit(cli.run())"
 TRAIN = ["train", "--preset", "synthetic-mlp", "--epochs", "1", "--set", "run.export=false",
@@ -49,26 +46,12 @@ def markdown(results: dict) -> str:
     for stack, r in results["stacks"].items():
         m, saved = r["median_s"], r["saved_s"]
         loads = ", ".join(f"{row['load']:.2f}" for row in r["rounds"])
-        noise = " noise" if r["spread"] > 0.10 else ""
         lines.append(f"| {stack} | {m['usual']:.2f} | {m['fast']:.2f} | {saved['median']:.1f} "
                      f"({saved['min']:.1f}..{saved['max']:.1f}) | {r['ratio']:.2f}x "
-                     f"({r['spread']:.0%}{noise}) | {loads} |")
-    lines += ["", f"{len(next(iter(results['stacks'].values()))['rounds'])} rounds per stack, "
-              f"{results['date_utc']}, {os.cpu_count()} cores."]
+                     f"({r['spread']:.0%}{noise(r)}) | {loads} |")
+    lines += ["", footer(results)]
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    args = parser.parse_args()
-    results = {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "stacks": {s: measure(v, args.rounds) for s, v in STACKS.items() if v.is_dir()}}
-    (args.out / "exit.json").write_text(json.dumps(results, indent=1))
-    (args.out / "exit.md").write_text(markdown(results))
-    print(markdown(results))
-
-
 if __name__ == "__main__":
-    main()
+    measure_and_write("exit", __doc__, measure, markdown, rounds=5)

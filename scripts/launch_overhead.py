@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCH = ROOT / "scripts" / "patches" / "horovod-0.28.1-fast-build-check.patch"
@@ -84,28 +85,39 @@ def markdown(results: dict) -> str:
         m = r["median_s"]
         loads = ", ".join(f"{row['load']:.2f}" for row in r["rounds"])
         saved = r["saved_s"]
-        noise = " noise" if r["spread"] > 0.10 else ""
         lines.append(f"| {stack} | {m['unpatched']:.2f} | {m['patched']:.2f} | "
                      f"{saved['median']:.1f} ({saved['min']:.1f}..{saved['max']:.1f}) | "
-                     f"{m['mpirun']:.2f} | {r['ratio']:.1f}x ({r['spread']:.0%}{noise}) | "
+                     f"{m['mpirun']:.2f} | {r['ratio']:.1f}x ({r['spread']:.0%}{noise(r)}) | "
                      f"{loads} |")
-    lines += ["", f"{len(next(iter(results['stacks'].values()))['rounds'])} rounds per stack, "
-              f"{results['date_utc']}, {os.cpu_count()} cores. A ratio whose spread exceeds 10% "
-              f"is marked noise; the seconds saved per launch are the finding."]
+    lines += ["", footer(results) + " A ratio whose spread exceeds 10% is marked noise; the "
+              "seconds saved per launch are the finding."]
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
+def noise(compared_rounds: dict) -> str:
+    """The flag a ratio carries in a table when its spread exceeds 10%."""
+    return " noise" if compared_rounds["spread"] > 0.10 else ""
+
+
+def footer(results: dict) -> str:
+    return (f"{len(next(iter(results['stacks'].values()))['rounds'])} rounds per stack, "
+            f"{results['date_utc']}, {os.cpu_count()} cores.")
+
+
+def measure_and_write(name: str, doc: str, measure: Callable[[Path, int], dict],
+                      markdown: Callable[[dict], str], rounds: int) -> None:
+    """The command line of a script here: ``measure`` on each stack's virtualenv, then
+    ``NAME.json`` and ``NAME.md`` (``markdown``) written to --out and the table printed."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     results = {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "stacks": {s: measure(v, args.rounds) for s, v in STACKS.items() if v.is_dir()}}
-    (args.out / "launch.json").write_text(json.dumps(results, indent=1))
-    (args.out / "launch.md").write_text(markdown(results))
+    (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
+    (args.out / f"{name}.md").write_text(markdown(results))
     print(markdown(results))
 
 
 if __name__ == "__main__":
-    main()
+    measure_and_write("launch", __doc__, measure, markdown, rounds=7)
