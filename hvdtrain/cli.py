@@ -137,8 +137,8 @@ def _add_data_parser(sub) -> None:
 def _data_convert(args: argparse.Namespace) -> int:
     shape = (overrides.parse_value("--image-shape", args.image_shape, tuple[int, ...])
              if args.image_shape else None)
-    launching.quiet_tensorflow()
-    from hvdtrain import convert  # TensorFlow loads here, not at import
+    launching.load_tensorflow()
+    from hvdtrain import convert
 
     meta = convert.convert(args.src, args.dst, shards=args.shards, image_shape=shape,
                            eval_path=args.eval_path, eval_fraction=args.eval_fraction,
@@ -178,7 +178,7 @@ def _saved_config(args: argparse.Namespace) -> config_lib.Config:
 
 
 def _predict_request(args: argparse.Namespace):
-    from hvdtrain import predict  # TensorFlow loads here (nothing runs before dist.init)
+    from hvdtrain import predict  # nothing runs before dist.init
     return predict.request(args.run_dir, args.input, args.out, overwrite=args.overwrite,
                            batch_size=args.batch_size)
 
@@ -204,13 +204,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "data":
             return _data_convert(args)
-        launching.quiet_tensorflow()
         try:  # argv (and the files it names) are the same on every rank, so is this error
             cfg = _train_config(args) if args.command == "train" else _saved_config(args)
+            launching.load_tensorflow()
             request = _predict_request(args) if args.command == "predict" else None
         except UserError as e:
             raise UserError(str(e), shared=True) from None
-        from hvdtrain import dist, predict, trainer  # TensorFlow and Horovod load here
+        from hvdtrain import dist, predict, trainer  # Horovod loads here
 
         elastic = args.command == "train" and args.elastic
         world = dist.init(device=cfg.run.device, intra_op_threads=cfg.run.intra_op_threads,

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import images, records, sharding, tfdata
+from hvdtrain import images, records, sharding, sklearn_data, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
 from hvdtrain.records import Records
@@ -107,11 +107,9 @@ def _synthetic(cfg: DataConfig, seed: int) -> DataSet:
 
 
 def _digits() -> DataSet:
-    from sklearn.datasets import load_digits  # ships inside scikit-learn's wheel: no download
-
-    bunch = load_digits()
-    x = (bunch.images / 16.0).astype(np.float32)[..., None]     # pixels 0..16 -> 0..1, HWC
-    y = bunch.target.astype(np.int32)
+    images, digits = sklearn_data.digits()  # ships inside scikit-learn's wheel: no download
+    x = (images / 16.0).astype(np.float32)[..., None]     # pixels 0..16 -> 0..1, HWC
+    y = digits.astype(np.int32)
     # A fixed split (the same on every machine and run): every 5th sample is held out.
     is_eval = np.arange(len(y)) % 5 == 0
     train, evaluation = Arrays(x[~is_eval], y[~is_eval]), Arrays(x[is_eval], y[is_eval])

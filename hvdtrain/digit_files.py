@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hvdtrain import sklearn_data
+
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 SORTED = sorted(NAMES)          # class id = position here
 
@@ -16,11 +18,10 @@ SORTED = sorted(NAMES)          # class id = position here
 def digits_uint8(side: int = 8, channels: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The 1,797 digits as uint8 images [n, side, side, channels] (``side`` a multiple of 8:
     each pixel repeated; grey repeated to ``channels``), and their digits."""
-    from sklearn.datasets import load_digits
-    bunch = load_digits()
-    x = np.rint(bunch.images / 16.0 * 255).astype(np.uint8)[..., None]
+    images, digits = sklearn_data.digits()
+    x = np.rint(images / 16.0 * 255).astype(np.uint8)[..., None]
     x = np.kron(x, np.ones((1, side // 8, side // 8, channels), np.uint8))
-    return x, bunch.target
+    return x, digits
 
 
 def write_digits(root: Path, indices, *, every_kind: bool = True, side: int = 8,

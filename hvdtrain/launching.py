@@ -6,6 +6,7 @@ log level, Open MPI's run-as-root permission), and the place that ends a rank's 
 from __future__ import annotations
 
 import atexit
+import importlib.abc
 import os
 import shutil
 import sys
@@ -29,6 +30,35 @@ def quiet_tensorflow(environ: MutableMapping[str, str] = os.environ) -> None:
     """Before TensorFlow loads; a level the user set wins."""
     for name, value in QUIET_TENSORFLOW.items():
         environ.setdefault(name, value)
+
+
+# Keras 3 imports these as it loads, when they are installed, for its scikit-learn wrappers and
+# its plotting helpers; hvdtrain uses neither, and the two imports are 1.5 s of a rank's start
+# (docs/stacks.md, "A rank's start"). Both are optional to Keras: it goes on without them.
+HELD_BACK_WHILE_TENSORFLOW_LOADS = ("sklearn", "matplotlib")
+
+
+class _HoldBack(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in HELD_BACK_WHILE_TENSORFLOW_LOADS:
+            raise ModuleNotFoundError(f"{name} is held back while TensorFlow loads", name=name)
+        return None  # the usual finders look next
+
+
+def load_tensorflow() -> None:
+    """Imports TensorFlow (Keras with it) for an hvdtrain process: quiet, and without the
+    optional imports Keras 3 makes for features hvdtrain does not use. They import as usual
+    afterwards (hvdtrain's plots import matplotlib when they draw); only Keras' own wrappers
+    and plotting helpers stay without them in this process."""
+    quiet_tensorflow()
+    if "tensorflow" in sys.modules:
+        return
+    hold_back = _HoldBack()
+    sys.meta_path.insert(0, hold_back)
+    try:
+        import tensorflow  # noqa: F401
+    finally:
+        sys.meta_path.remove(hold_back)
 
 
 def exit_after_success() -> NoReturn:

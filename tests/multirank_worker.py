@@ -26,6 +26,8 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
+    from hvdtrain import launching
+    launching.load_tensorflow()
     from hvdtrain import data, dist, models, presets, rank_env, trainer
     cfg = presets.build_config(args.preset, None, args.assignments)
     world = dist.init(device=cfg.run.device, options=cfg.horovod)

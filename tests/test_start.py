@@ -1,0 +1,75 @@
+"""A rank's start: launching.load_tensorflow holds back the imports Keras 3 makes for features
+hvdtrain does not use (scikit-learn, matplotlib), and the digits are read without importing
+scikit-learn. Each check runs in a fresh Python, the way a rank starts."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hvdtrain import sklearn_data
+
+HELD_BACK = ["sklearn", "matplotlib"]
+LOADED = """
+import json, sys
+{load}
+import keras
+loaded = {{name: name in sys.modules for name in ["tensorflow", "sklearn", "matplotlib"]}}
+finders = [type(f).__name__ for f in sys.meta_path]
+import matplotlib.pyplot, sklearn.datasets  # importable as usual afterwards
+print(json.dumps({{"loaded": loaded, "finders": finders, "keras": keras.__version__}}))
+"""
+
+
+def modules_after(load: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", LOADED.format(load=load)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_load_tensorflow_holds_back_what_hvdtrain_does_not_use_and_no_longer():
+    after = modules_after("from hvdtrain import launching; launching.load_tensorflow()")
+    assert after["loaded"] == {"tensorflow": True, "sklearn": False, "matplotlib": False}
+    assert "_HoldBack" not in after["finders"]
+
+
+def test_control_a_plain_import_loads_them_on_keras_3():
+    after = modules_after("import tensorflow")
+    if not after["keras"].startswith("3."):
+        pytest.skip(f"Keras {after['keras']} does not import them: nothing to hold back")
+    assert after["loaded"] == {"tensorflow": True, "sklearn": True, "matplotlib": True}
+
+
+DIGITS = """
+import sys
+from hvdtrain import sklearn_data
+{fallback}
+images, digits = sklearn_data.digits()
+print("sklearn" in sys.modules, images.shape, digits.shape)
+"""
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["shipped-file", "control-fallback"])
+def test_digits_are_read_without_importing_scikit_learn(fallback):
+    patch = "sklearn_data.shipped_file = lambda *parts: None" if fallback else ""
+    done = subprocess.run([sys.executable, "-c", DIGITS.format(fallback=patch)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [str(fallback), "(1797,", "8,", "8)", "(1797,)"]
+
+
+def test_digits_equal_load_digits():
+    from sklearn.datasets import load_digits
+    bunch = load_digits()
+    images, digits = sklearn_data.digits()
+    assert sklearn_data.shipped_file(*sklearn_data.DIGITS_FILE) is not None
+    assert images.dtype == bunch.images.dtype and digits.dtype == bunch.target.dtype
+    assert np.array_equal(images, bunch.images) and np.array_equal(digits, bunch.target)
+    # Control: the comparison sees one pixel off.
+    changed = images.copy()
+    changed[1000, 4, 4] += 1
+    assert not np.array_equal(changed, bunch.images)
