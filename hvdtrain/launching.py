@@ -6,6 +6,7 @@ log level, Open MPI's run-as-root permission), and the place that ends a rank's 
 from __future__ import annotations
 
 import atexit
+import importlib
 import importlib.abc
 import os
 import shutil
@@ -56,7 +57,7 @@ def load_tensorflow() -> None:
     hold_back = _HoldBack()
     sys.meta_path.insert(0, hold_back)
     try:
-        import tensorflow  # noqa: F401
+        importlib.import_module("tensorflow")
     finally:
         sys.meta_path.remove(hold_back)
 
