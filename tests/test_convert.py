@@ -94,6 +94,12 @@ def test_npz_floats_outside_0_1_are_refused(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.npz"]      # nothing written, nothing left
 
 
+def convert_through_the_cli(tree: Path, dst: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(hvdtrain("data", "convert", str(tree), str(dst), "--image-shape",
+                                   "8,8,1"), env=launcher_env(), capture_output=True, text=True,
+                          timeout=120)
+
+
 @pytest.mark.fault
 @pytest.mark.parametrize("existing", ["folder", "empty folder", "file"])
 def test_an_existing_dst_is_refused_and_left_as_it_was(tree, tmp_path, existing):
@@ -105,18 +111,16 @@ def test_an_existing_dst_is_refused_and_left_as_it_was(tree, tmp_path, existing)
         if existing == "folder":
             (dst / "keep.txt").write_text("mine")
     before = sorted(os.walk(dst)) if dst.is_dir() else dst.read_text()
-    job = subprocess.run(hvdtrain("data", "convert", str(tree), str(dst), "--image-shape",
-                                  "8,8,1"), env=launcher_env(), capture_output=True, text=True,
-                         timeout=120)
+    job = convert_through_the_cli(tree, dst)
     assert job.returncode == 2 and job.stdout == "", job
     assert job.stderr == (f"hvdtrain: error: {dst} already exists: 'hvdtrain data convert' "
                           f"never overwrites; choose another DST or remove it first\n")
     assert (sorted(os.walk(dst)) if dst.is_dir() else dst.read_text()) == before
     assert sorted(os.listdir(tmp_path)) == ["out"]
-    # Control: a new DST is written, with the line that says how to train on it.
-    done = subprocess.run(hvdtrain("data", "convert", str(tree), str(tmp_path / "new"),
-                                   "--image-shape", "8,8,1"), env=launcher_env(),
-                          capture_output=True, text=True, timeout=120)
+
+
+def test_control_a_new_dst_is_written_with_how_to_train_on_it(tree, tmp_path):
+    done = convert_through_the_cli(tree, tmp_path / "new")
     assert done.returncode == 0, done.stderr
     assert f"--data tfrecord --set data.path={tmp_path / 'new'}" in done.stdout
     assert f"{N} samples" in done.stderr.splitlines()[-1]        # the progress line's end
