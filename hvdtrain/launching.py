@@ -1,7 +1,8 @@
 """Starting N ranks from Python: the command line per launcher and the environment every launch
-gets. The benchmarks and the tests launch through these; nothing here imports TensorFlow or
-Horovod. This is also the one place that sets hvdtrain's process-wide settings (TensorFlow's
-log level, Open MPI's run-as-root permission), and the place that ends a rank's process.
+gets. The benchmarks and the tests launch through these; nothing here imports Horovod, and
+TensorFlow only when load_tensorflow is called. This is also the one place that sets hvdtrain's process-wide settings (TensorFlow's
+log level, Open MPI's run-as-root permission), that loads TensorFlow for a rank, and that ends
+a rank's process.
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ def quiet_tensorflow(environ: MutableMapping[str, str] = os.environ) -> None:
 
 
 # Keras 3 imports these as it loads, when they are installed, for its scikit-learn wrappers and
-# its plotting helpers; hvdtrain uses neither, and the two imports are 1.5 s of a rank's start
-# (docs/stacks.md, "A rank's start"). Both are optional to Keras: it goes on without them.
+# its plotting helpers; hvdtrain uses neither, and the two imports are a third of a rank's
+# TensorFlow import (docs/stacks.md, "A rank's start"). Both are optional to Keras: it goes on
+# without them.
 HELD_BACK_WHILE_TENSORFLOW_LOADS = ("sklearn", "matplotlib")
 
 
