@@ -35,9 +35,8 @@ def quiet_tensorflow(environ: MutableMapping[str, str] = os.environ) -> None:
 
 
 # Keras 3 imports these as it loads, when they are installed, for its scikit-learn wrappers and
-# its plotting helpers; hvdtrain uses neither, and the two imports are a third of a rank's
-# TensorFlow import (docs/stacks.md, "A rank's start"). Both are optional to Keras: it goes on
-# without them.
+# its plotting helpers; hvdtrain uses neither, and a rank would pay for both imports at every
+# start (docs/stacks.md, "A rank's start"). Both are optional to Keras: it goes on without them.
 HELD_BACK_WHILE_TENSORFLOW_LOADS = ("sklearn", "matplotlib")
 
 
