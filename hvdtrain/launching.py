@@ -1,8 +1,8 @@
 """Starting N ranks from Python: the command line per launcher and the environment every launch
 gets. The benchmarks and the tests launch through these; nothing here imports Horovod, and
-TensorFlow only when load_tensorflow is called. This is also the one place that sets hvdtrain's process-wide settings (TensorFlow's
-log level, Open MPI's run-as-root permission), that loads TensorFlow for a rank, and that ends
-a rank's process.
+TensorFlow only when load_tensorflow is called. This is also the one place that sets hvdtrain's
+process-wide settings (TensorFlow's log level, Open MPI's run-as-root permission), that loads
+TensorFlow for a rank, and that ends a rank's process.
 """
 from __future__ import annotations
 
