@@ -228,6 +228,15 @@ def hvdtrain(*args: str) -> list[str]:
     return [str(BIN / "hvdtrain"), *args]
 
 
+def convert_digits(src: Path, dst: Path, *args: str, timeout: float
+                   ) -> subprocess.CompletedProcess:
+    """``hvdtrain data convert SRC DST`` of 8x8 grey digit images, one process (no launcher);
+    stdout and stderr apart."""
+    return subprocess.run(hvdtrain("data", "convert", str(src), str(dst), "--image-shape",
+                                   "8,8,1", *args), env=launcher_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
 @pytest.fixture(params=LAUNCHERS)
 def launcher(request) -> str:
     return request.param

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import hvdtrain, launcher_env
+from conftest import convert_digits, launcher_env
 from hvdtrain import convert, data, records
 from hvdtrain.config import DataConfig
 from hvdtrain.digit_files import SORTED, write_digits
@@ -94,12 +94,6 @@ def test_npz_floats_outside_0_1_are_refused(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.npz"]      # nothing written, nothing left
 
 
-def convert_through_the_cli(tree: Path, dst: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(hvdtrain("data", "convert", str(tree), str(dst), "--image-shape",
-                                   "8,8,1"), env=launcher_env(), capture_output=True, text=True,
-                          timeout=120)
-
-
 @pytest.mark.fault
 @pytest.mark.parametrize("existing", ["folder", "empty folder", "file"])
 def test_an_existing_dst_is_refused_and_left_as_it_was(tree, tmp_path, existing):
@@ -111,7 +105,7 @@ def test_an_existing_dst_is_refused_and_left_as_it_was(tree, tmp_path, existing)
         if existing == "folder":
             (dst / "keep.txt").write_text("mine")
     before = sorted(os.walk(dst)) if dst.is_dir() else dst.read_text()
-    job = convert_through_the_cli(tree, dst)
+    job = convert_digits(tree, dst, timeout=120)
     assert job.returncode == 2 and job.stdout == "", job
     assert job.stderr == (f"hvdtrain: error: {dst} already exists: 'hvdtrain data convert' "
                           f"never overwrites; choose another DST or remove it first\n")
@@ -120,7 +114,7 @@ def test_an_existing_dst_is_refused_and_left_as_it_was(tree, tmp_path, existing)
 
 
 def test_control_a_new_dst_is_written_with_how_to_train_on_it(tree, tmp_path):
-    done = convert_through_the_cli(tree, tmp_path / "new")
+    done = convert_digits(tree, tmp_path / "new", timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"--data tfrecord --set data.path={tmp_path / 'new'}" in done.stdout
     assert f"{N} samples" in done.stderr.splitlines()[-1]        # the progress line's end

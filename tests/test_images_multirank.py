@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import (assert_ok, assert_stopped_with_one_line, exported_model, hvdtrain, launch,
-                      launcher_env, launcher_turns)
+from conftest import (assert_ok, assert_stopped_with_one_line, convert_digits, exported_model,
+                      hvdtrain, launch, launcher_turns)
 from hvdtrain.digit_files import SORTED, write_digit_tree, write_digits
 
 pytestmark = pytest.mark.multirank
@@ -48,9 +47,7 @@ def test_image_folders_train_to_the_digits_bar(launcher, digit_tree, tmp_path):
 
 
 def convert(src: Path, dst: Path, *args: str) -> Path:
-    job = subprocess.run(hvdtrain("data", "convert", str(src), str(dst), "--image-shape",
-                                  "8,8,1", *args), env=launcher_env(), capture_output=True,
-                         text=True, timeout=300)
+    job = convert_digits(src, dst, *args, timeout=300)
     assert job.returncode == 0, job.stderr
     return dst
 

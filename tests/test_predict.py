@@ -7,14 +7,13 @@ from __future__ import annotations
 import csv
 import io
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (assert_ok, assert_stopped_with_one_line, hvdtrain, launch, launcher_env,
+from conftest import (assert_ok, assert_stopped_with_one_line, convert_digits, hvdtrain, launch,
                       launcher_turns)
 from hvdtrain import checkpoints, convert, images, models, predict, predict_inputs, records
 from hvdtrain.config import Config, ModelConfig
@@ -150,9 +149,8 @@ def trained(tmp_path_factory) -> dict[str, Path]:
     x, _ = digits_uint8()
     np.savez(root / "eval.npz", x=x[: 303: 5])
     shards = root / "shards"
-    done = subprocess.run(hvdtrain("data", "convert", str(train), str(shards), "--image-shape",
-                                   "8,8,1", "--eval-path", str(evaluation), "--shards", "3"),
-                          env=launcher_env(), capture_output=True, text=True, timeout=300)
+    done = convert_digits(train, shards, "--eval-path", str(evaluation), "--shards", "3",
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     return {"run": run, "images": evaluation, "npz": root / "eval.npz", "tfrecord": shards}
 
