@@ -12,7 +12,6 @@ import pytest
 
 from hvdtrain import sklearn_data
 
-HELD_BACK = ["sklearn", "matplotlib"]
 LOADED = """
 import json, sys
 {load}
