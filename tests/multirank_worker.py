@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hvdtrain import launching  # TensorFlow loads in main(), through launching
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -26,7 +28,6 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
-    from hvdtrain import launching
     launching.load_tensorflow()
     from hvdtrain import data, dist, models, presets, rank_env, trainer
     cfg = presets.build_config(args.preset, None, args.assignments)
@@ -65,5 +66,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    from hvdtrain import launching
     launching.exit_after_success()
