@@ -246,10 +246,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
-    status = run()
-    if status == 0:
-        launching.exit_after_success()
-    sys.exit(status)
+    launching.end_rank(run())
 
 
 if __name__ == "__main__":

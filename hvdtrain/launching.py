@@ -11,6 +11,7 @@ import importlib
 import importlib.abc
 import os
 import shutil
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -63,27 +64,51 @@ def load_tensorflow() -> None:
         sys.meta_path.remove(hold_back)
 
 
-def exit_after_success() -> NoReturn:
-    """Ends a process whose work is done (exit status 0) without Python's teardown of
-    TensorFlow's modules, which takes over a second per process and frees nothing the system
-    would not (figures: docs/stacks.md, "A rank's exit").
+def end_rank(status: int = 0) -> NoReturn:
+    """Ends a process whose work is done, or that stopped on a user error with its one line
+    printed, with ``status`` and without Python's teardown of TensorFlow's modules, which takes
+    over a second per process and frees nothing the system would not (figures:
+    docs/stacks.md, "A rank's exit").
 
     What the usual exit does that matters still happens first: the exit handlers (Horovod's
     shutdown, which finalizes MPI and the timeline; logging's flush) and the flush of stdout and
-    stderr. Files are closed by then (fit and the custom loop end their callbacks, TensorBoard's
-    writers included). A process that still runs a thread it would wait for, or that loaded
-    mpi4py (which finalizes MPI in the teardown itself), exits the usual way."""
+    stderr. A process that still runs a thread it would wait for, that loaded mpi4py (which
+    finalizes MPI in the teardown itself), or that still holds a file open for writing (an
+    error in the middle of training can leave TensorBoard's writer open, and only the teardown
+    writes out what it holds) exits the usual way."""
     others = [t for t in threading.enumerate()
               if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if "tensorflow" not in sys.modules or others or "mpi4py.MPI" in sys.modules:
-        sys.exit(0)
+        sys.exit(status)
     atexit._run_exitfuncs()  # CPython's own first step of an exit
+    if _writing_a_file():
+        sys.exit(status)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe: nothing left to lose
             pass
-    os._exit(0)
+    os._exit(status)
+
+
+def _writing_a_file() -> bool:
+    """Whether this process holds a file open for writing that the teardown could still write
+    to (True where /proc cannot tell)."""
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    for fd in descriptors:
+        try:
+            target = os.stat(f"/proc/self/fd/{fd}")
+            if not stat.S_ISREG(target.st_mode) or target.st_nlink == 0:
+                continue  # pipes, sockets, devices, deleted files (MPI's shared memory)
+            flags = Path(f"/proc/self/fdinfo/{fd}").read_text().split("flags:")[1].split()[0]
+        except (OSError, IndexError):
+            continue  # closed since the listing
+        if int(flags, 8) & (os.O_WRONLY | os.O_RDWR):
+            return True
+    return False
 
 
 def launch_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

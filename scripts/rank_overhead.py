@@ -6,7 +6,7 @@ does it, in interleaved rounds (usual, hvdtrain, usual, ...) on each stack.
 Both sides run the same training under `mpirun -np 2`; hvdtrain's side is the `hvdtrain` entry
 point, the usual side the same work through `python -c`:
   exit   `... train --preset synthetic-mlp --epochs 1`: Python's usual exit after cli.run()
-         against launching.exit_after_success (the entry point's).
+         against launching.end_rank (the entry point's).
   start  `... train --preset digits-mlp --epochs 1`: TensorFlow and scikit-learn's datasets
          imported the usual way first (what a digits rank did before launching.load_tensorflow
          and hvdtrain.sklearn_data) against hvdtrain's start; both exit the fast way.
@@ -37,7 +37,7 @@ class Comparison:
 
 COMPARISONS = {
     "exit": Comparison("synthetic-mlp", "import sys; from hvdtrain import cli; sys.exit(cli.run())",
-                       "Python's usual exit", "hvdtrain's (`launching.exit_after_success`)"),
+                       "Python's usual exit", "hvdtrain's (`launching.end_rank`)"),
     "start": Comparison("digits-mlp",
                         "import tensorflow, sklearn.datasets; from hvdtrain import cli; cli.main()",
                         "TensorFlow and scikit-learn's datasets imported the usual way",

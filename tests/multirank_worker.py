@@ -66,4 +66,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    launching.exit_after_success()
+    launching.end_rank()

@@ -1,6 +1,7 @@
-"""launching.exit_after_success: a finished rank skips Python's teardown of TensorFlow's
-modules, and loses nothing the usual exit would give: exit handlers run, buffered output is
-written, and a thread still working is waited for."""
+"""launching.end_rank: a finished rank, or one stopped by a user error, skips Python's teardown
+of TensorFlow's modules, and loses nothing the usual exit would give: exit handlers run,
+buffered output is written, a thread still working is waited for, and a file still open for
+writing is written out."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 PROGRAM = """
-import atexit, sys, threading, time, types
+import atexit, os, sys, threading, time, types
 from hvdtrain import launching
 
 out = sys.argv[1]
@@ -18,6 +19,12 @@ if "tensorflow" in sys.argv:  # loaded, as far as the check can tell; importing 
     sys.modules["tensorflow"] = types.ModuleType("tensorflow")
 if "thread" in sys.argv:
     threading.Thread(target=lambda: (time.sleep(0.5), touch("thread"))).start()
+if "writing" in sys.argv:  # e.g. a writer an error left open: only the teardown writes it out
+    unclosed = open(f"{out}/unclosed", "w")
+    unclosed.write("held in the buffer")
+if "deleted" in sys.argv:  # as Open MPI keeps its shared memory: nothing left to write to
+    scratch = open(f"{out}/scratch", "w+")
+    os.unlink(f"{out}/scratch")
 
 
 class TornDown:  # only Python's teardown of this module calls this
@@ -31,7 +38,7 @@ class TornDown:  # only Python's teardown of this module calls this
 kept = TornDown(f"{out}/teardown")
 atexit.register(touch, "atexit")
 sys.stdout.write("buffered, not flushed")
-launching.exit_after_success()
+launching.end_rank(2 if "error" in sys.argv else 0)
 """
 
 
@@ -64,3 +71,23 @@ def test_a_thread_still_working_is_waited_for(tmp_path):
     done, left = run_program(tmp_path, "tensorflow", "thread")
     assert done.returncode == 0, done.stderr
     assert left == {"atexit", "teardown", "thread"}
+
+
+def test_an_error_status_exits_the_same_way(tmp_path):
+    done, left = run_program(tmp_path, "tensorflow", "error")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "buffered, not flushed"
+    assert left == {"atexit"}
+
+
+def test_a_file_still_open_for_writing_is_written_out(tmp_path):
+    done, left = run_program(tmp_path, "tensorflow", "error", "writing")
+    assert done.returncode == 2, done.stderr
+    assert left == {"atexit", "teardown", "unclosed"}
+    assert (tmp_path / "out/unclosed").read_text() == "held in the buffer"
+
+
+def test_a_deleted_file_still_open_does_not_hold_the_exit_up(tmp_path):
+    done, left = run_program(tmp_path, "tensorflow", "deleted")
+    assert done.returncode == 0, done.stderr
+    assert left == {"atexit"}

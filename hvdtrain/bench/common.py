@@ -59,7 +59,7 @@ def rank_entry(argv: Sequence[str], rank_main: Callable[[dict], None], module: s
     if len(argv) == 3 and argv[1] == "rank":
         launching.load_tensorflow()
         rank_main(json.loads(argv[2]))
-        launching.exit_after_success()
+        launching.end_rank()
     else:
         sys.exit(f"usage: python -m {module} rank OPTIONS_JSON (launched by 'hvdtrain bench "
                  f"{module.rsplit('.', 1)[-1]}')")
