@@ -40,6 +40,36 @@ def pytest_configure(config) -> None:
     launching.quiet_tensorflow()  # before any test module loads TensorFlow
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--launcher-turns", action="store_true",
+        help="a test that runs under both launchers runs under one, the launchers taking turns "
+             "from test to test (make test's lane on the other stack: the main lane runs both)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if not config.getoption("--launcher-turns"):
+        return
+    alike: dict[tuple, list] = {}   # the same test and parameters but for the launcher
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = dict(callspec.params) if callspec else {}
+        launcher_param = params.pop("launcher", None)
+        key = ((item.module.__name__, item.originalname, repr(sorted(params.items())))
+               if launcher_param in LAUNCHERS else (item.nodeid,))
+        alike.setdefault(key, []).append(item)
+    turns = itertools.cycle(LAUNCHERS)
+    left_out = set()
+    for group in alike.values():
+        if len(group) > 1:
+            chosen = next(turns)
+            left_out |= {item.nodeid for item in group
+                         if item.callspec.params["launcher"] != chosen}
+    if left_out:
+        config.hook.pytest_deselected(items=[i for i in items if i.nodeid in left_out])
+        items[:] = [item for item in items if item.nodeid not in left_out]
+
+
 launcher_env = launching.launch_env
 
 

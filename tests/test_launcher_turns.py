@@ -1,0 +1,39 @@
+"""conftest's --launcher-turns (make test's lane on the other stack): a test that runs under
+both launchers runs under exactly one of them, the launchers take turns, and nothing else is
+left out."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+# Tests under both launchers (some with one fixture for both), bad-input cases under both and
+# under one: every kind of case the option meets.
+FILES = ["tests/test_multirank.py", "tests/test_library.py"]
+LAUNCHER_IN_ID = re.compile(r"(?<=[\[-])(gloo|mpi)(?=[\]-])")
+
+
+def collected(*args: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *FILES, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_each_test_under_both_launchers_runs_under_one_of_them_in_turn():
+    both, turns = collected(), collected("--launcher-turns")
+    left_out = both - turns
+    assert turns <= both and left_out
+    twin = {nodeid: LAUNCHER_IN_ID.sub("*", nodeid) for nodeid in both}
+    kept_twins = {twin[nodeid] for nodeid in turns}
+    # Every test left out has its twin (the same but for the launcher) kept, once.
+    assert all(twin[nodeid] in kept_twins for nodeid in left_out), sorted(left_out)
+    assert len(kept_twins) == len(turns)
+    # Of the tests that had both, each launcher keeps some: turns, not always the same one.
+    paired = {twin[nodeid] for nodeid in left_out}
+    kept_of_pairs = [nodeid for nodeid in turns if twin[nodeid] in paired]
+    for launcher in ("gloo", "mpi"):
+        assert any(launcher in LAUNCHER_IN_ID.findall(n) for n in kept_of_pairs), launcher
