@@ -59,25 +59,27 @@ def plain_sgd_run(out: Path, launcher: str, ranks: int, batch: int, *extra: str)
 
 
 @pytest.fixture(scope="module")
-def one_rank_plain_sgd(tmp_path_factory) -> dict[int, list[np.ndarray]]:
-    """One process at batch 32 (the 2-rank job's global batch) and at 16 (the control): the
-    same for both launchers' tests, so run once."""
-    return {batch: plain_sgd_run(tmp_path_factory.mktemp(f"one-rank-{batch}"), "single", 1,
-                                 batch) for batch in (32, 16)}
+def plain_sgd_references(tmp_path_factory) -> dict[str, list[np.ndarray]]:
+    """One process at batch 32 (the 2-rank job's global batch), and the controls: one process
+    at batch 16, and 2 ranks at batch 16 with the all-reduce left out (a wrapper that silently
+    does nothing; what that gives does not depend on the launcher). The same for both
+    launchers' tests, so run once."""
+    runs = {"one rank": ("single", 1, 32), "one rank, half the batch": ("single", 1, 16),
+            "not reduced": ("mpi", 2, 16, "--skip-allreduce")}
+    return {name: plain_sgd_run(tmp_path_factory.mktemp("plain-sgd"), *run)
+            for name, run in runs.items()}
 
 
-def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, one_rank_plain_sgd,
+def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, plain_sgd_references,
                                                               tmp_path):
     two_ranks = plain_sgd_run(tmp_path, launcher, 2, 16, "--perturb-nonroot")
-    one_rank = one_rank_plain_sgd[32]
+    one_rank = plain_sgd_references["one rank"]
     for a, b in zip(two_ranks, one_rank):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
-    # The check is sharp: the same 2 ranks with the all-reduce left out (a wrapper that
-    # silently does nothing) end elsewhere, and so does one rank at batch 16 (half the
-    # global batch).
-    not_reduced = plain_sgd_run(tmp_path / "not-reduced", launcher, 2, 16, "--skip-allreduce")
-    assert largest_difference(not_reduced, one_rank) > 1e-3
-    assert largest_difference(one_rank_plain_sgd[16], one_rank) > 1e-3
+    # The check is sharp: without the all-reduce, or at half the global batch, the weights
+    # end elsewhere.
+    for control in ("not reduced", "one rank, half the batch"):
+        assert largest_difference(plain_sgd_references[control], one_rank) > 1e-3, control
 
 
 # Rank r's lines as the launcher tags them (mpirun with --tag-output): [r]<stdout>: under
