@@ -273,10 +273,11 @@ def launcher(request) -> str:
 
 
 def launcher_turns(cases: Sequence[str], under_both: Sequence[str]) -> list[tuple[str, str]]:
-    """(case, launcher) pairs for a table of bad inputs. What a launcher does with a user
-    error depends on the path that stops the ranks, not on the message: ``under_both`` names
-    one case per path (every rank finds it, one rank finds it, ...), run under both launchers.
-    Every other case takes one launcher, in turn: its message is the only difference."""
+    """(case, launcher) pairs for a table of cases (bad inputs, kinds of input). What a
+    launcher does depends on the path the ranks take, not on the case: ``under_both`` names one
+    case per path (every rank finds the error, one rank finds it, the ranks' results gathered,
+    ...), run under both launchers. Every other case takes one launcher, in turn: what it
+    differs in (a message, a reader) does not depend on the launcher."""
     assert set(under_both) <= set(cases), under_both
     turns = itertools.cycle(LAUNCHERS)
     return [(case, launcher) for case in cases
