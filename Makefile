@@ -26,14 +26,13 @@ install:
 demo: install
 	run_scripts/local.sh $(NP) --preset digits
 
-# The whole suite on $(STACK), then the correctness core on $(OTHER_STACK)
-# (OTHER_STACK= skips it): unit tests, then real multi-rank runs under horovodrun and mpirun,
-# there one launcher per test, in turn (the first lane runs both).
+# The whole suite on $(STACK) (unit tests, real multi-rank runs under horovodrun and mpirun)
+# and beside it the correctness core on $(OTHER_STACK), one launcher per test, in turn
+# (OTHER_STACK= skips it); then the timed tests alone (scripts/test_lanes.sh).
 test:
 	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
 	$(if $(OTHER_STACK),@$(call SETUP,$(OTHER_STACK),$(OTHER_VENV)))
-	$(PY) -m pytest --durations=15
-	$(if $(OTHER_STACK),PATH=$(CURDIR)/$(OTHER_VENV)/bin:$$PATH $(OTHER_VENV)/bin/python -m pytest --durations=15 -m "core or not multirank" --launcher-turns)
+	scripts/test_lanes.sh $(VENV) $(if $(OTHER_STACK),$(OTHER_VENV))
 
 # The correctness core (and the unit tests) on $(STACK) alone.
 test-core:

@@ -112,6 +112,7 @@ def test_an_efficiency_above_the_ceiling_is_flagged_as_noise():
 
 
 @pytest.mark.multirank
+@pytest.mark.timed   # its figures are rates: nothing may run beside it
 @pytest.mark.timeout(900)
 def test_quick_benchmarks_run_and_make_sense(tmp_path):
     out = tmp_path / "results"
