@@ -4,9 +4,10 @@
 #   scripts/test_lanes.sh MAIN_VENV [OTHER_VENV]
 #
 # Alone, a lane leaves a core idle part of the time (start-up waits, one-process steps, the
-# launchers' teardown; measured in docs/testing.md), so the lanes run side by side, the other
-# stack's output held back and shown once it ends. The tests marked `timed` (a bound of seconds, or a measured rate)
-# run last, with nothing beside them. The exit status is 1 if any lane failed.
+# launchers' teardown; benchmarks/results/test_lanes.md), so the lanes run side by side, the
+# other stack's output held back and shown once it ends. The tests marked `timed` (a bound of
+# seconds, or a measured rate) run last, with nothing beside them. The exit status is 1 if any
+# lane failed.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
