@@ -54,10 +54,9 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = dict(callspec.params) if callspec else {}
-        launcher_param = params.pop("launcher", None)
-        key = ((item.module.__name__, item.originalname, repr(sorted(params.items())))
-               if launcher_param in LAUNCHERS else (item.nodeid,))
-        alike.setdefault(key, []).append(item)
+        if params.pop("launcher", None) in LAUNCHERS:
+            key = (item.module.__name__, item.originalname, repr(sorted(params.items())))
+            alike.setdefault(key, []).append(item)
     turns = itertools.cycle(LAUNCHERS)
     left_out = set()
     for group in alike.values():
