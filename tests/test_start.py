@@ -72,3 +72,42 @@ def test_digits_equal_load_digits():
     changed = images.copy()
     changed[1000, 4, 4] += 1
     assert not np.array_equal(changed, bunch.images)
+
+
+CONVERTED = """
+import json
+from hvdtrain import launching
+launching.load_tensorflow()
+import tensorflow as tf
+from tensorflow.python.autograph.impl import api  # private: to see what autograph rewrites
+import horovod.tensorflow as hvd
+from hvdtrain import dist
+{init}
+converted = set()
+convert = api._convert_actual
+def recorded(entity, program_ctx):
+    converted.add(entity.__module__.partition(".")[0])
+    return convert(entity, program_ctx)
+api._convert_actual = recorded
+
+def users_step(x):
+    if tf.reduce_sum(x) > 0:  # tensor-dependent: autograph must still rewrite the user's code
+        x = x * 2.0
+    return hvd.allreduce(x, op=hvd.Sum, name="started")
+
+result = tf.function(users_step)(tf.ones([2])).numpy().tolist()
+print(json.dumps({{"result": result, "converted": sorted(converted)}}))
+"""
+
+
+@pytest.mark.parametrize("init", ["dist.init()", "hvd.init()"], ids=["dist.init", "control"])
+def test_autograph_leaves_horovod_alone_after_dist_init(init, tmp_path):
+    script = tmp_path / "step.py"  # a file: autograph reads the user's source
+    script.write_text(CONVERTED.format(init=init))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["result"] == [2.0, 2.0]  # one rank: the sum of one doubled tensor
+    assert "__main__" in seen["converted"]   # the user's step is still converted
+    assert ("horovod" in seen["converted"]) == (init == "hvd.init()"), seen["converted"]

@@ -87,6 +87,7 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
                                                 stall_abort_s=stall_abort_s))
     # Horovod: one process per device; init() joins the ring built by horovodrun/mpirun.
     hvd.init()
+    autograph_leaves_horovod_alone()
     rank, size = hvd.rank(), hvd.size()  # Horovod: this process's place in the job
     # Horovod: the place among the ranks of this host, which decides the GPU.
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
@@ -107,6 +108,26 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     if not elastic:
         agree_or_fail(problem, world)
     return world
+
+
+def autograph_leaves_horovod_alone() -> None:
+    """Autograph (tf.function's rewrite of Python control flow into graph ops) skips Horovod's
+    modules from now on, as it skips TensorFlow's and Keras' own. Horovod's graph code was
+    written for graphs (plain Python around tf.cond): converting it changes nothing, yet it
+    costs every rank seconds of CPU at its first step, wherever a traced function reaches
+    Horovod (the custom loop's tape, Keras 2's DistributedOptimizer, broadcasts). TensorFlow
+    has no public switch per package; where its private rule list is missing, autograph
+    converts Horovod as before: slower, the same graphs."""
+    try:
+        from tensorflow.python.autograph.core import config as autograph_config
+    except ImportError:
+        return
+    rules = getattr(autograph_config, "CONVERSION_RULES", None)
+    if rules is None or any(rule.matches("horovod") for rule in rules):
+        return
+    # Horovod: its Python only builds graph ops; a rule per package is how TensorFlow lists
+    # its own libraries (numpy, keras, ...) to autograph.
+    autograph_config.CONVERSION_RULES = (*rules, autograph_config.DoNotConvert("horovod"))
 
 
 def _pin_device(local_rank: int, local_size: int, device: str) -> tuple[str, str | None]:
