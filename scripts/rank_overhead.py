@@ -1,7 +1,7 @@
-"""A 2-rank job's start or exit: how Python and TensorFlow do it by default against how hvdtrain
-does it, in interleaved rounds (usual, hvdtrain, usual, ...) on each stack.
+"""A 2-rank job's start, first step or exit: how Python, TensorFlow and Horovod do it by default
+against how hvdtrain does it, in interleaved rounds (usual, hvdtrain, usual, ...) on each stack.
 
-    python3 scripts/rank_overhead.py exit|start [--rounds 7] [--out benchmarks/results]
+    python3 scripts/rank_overhead.py exit|start|autograph [--rounds 7] [--out benchmarks/results]
 
 Both sides run the same training under `mpirun -np 2`; hvdtrain's side is the `hvdtrain` entry
 point, the usual side the same work through `python -c`:
@@ -10,6 +10,9 @@ point, the usual side the same work through `python -c`:
   start  `... train --preset digits-mlp --epochs 1`: TensorFlow and scikit-learn's datasets
          imported the usual way first (what a digits rank did before launching.load_tensorflow
          and hvdtrain.sklearn_data) against hvdtrain's start; both exit the fast way.
+  autograph  `... train --preset digits-mlp --loop custom --epochs 1`: autograph converting
+         Horovod's Python wherever a traced step reaches it (dist.autograph_leaves_horovod_alone
+         made a no-op) against hvdtrain's rule that leaves Horovod alone.
 Writes NAME.json and NAME.md. Needs a quiet machine; the load average is recorded before each
 round.
 """
@@ -29,26 +32,32 @@ NO_FILES = ["--set", "run.export=false", "--set", "run.tensorboard=false"]
 
 @dataclass(frozen=True)
 class Comparison:
-    preset: str
+    train: str             # what `hvdtrain train` is given, besides --epochs 1
     usual_entry: str       # Python code run with the training's argv
     usual_says: str        # the table's words for each side
     hvdtrain_says: str
 
 
 COMPARISONS = {
-    "exit": Comparison("synthetic-mlp", "import sys; from hvdtrain import cli; sys.exit(cli.run())",
+    "exit": Comparison("--preset synthetic-mlp", "import sys; from hvdtrain import cli; sys.exit(cli.run())",
                        "Python's usual exit", "hvdtrain's (`launching.end_rank`)"),
-    "start": Comparison("digits-mlp",
+    "start": Comparison("--preset digits-mlp",
                         "import tensorflow, sklearn.datasets; from hvdtrain import cli; cli.main()",
                         "TensorFlow and scikit-learn's datasets imported the usual way",
                         "hvdtrain's start (`launching.load_tensorflow`, `sklearn_data`)"),
+    "autograph": Comparison("--preset digits-mlp --loop custom",
+                            "from hvdtrain import cli, dist; "
+                            "dist.autograph_leaves_horovod_alone = lambda: None; cli.main()",
+                            "autograph converting Horovod's Python",
+                            "hvdtrain's rule that leaves it alone "
+                            "(`dist.autograph_leaves_horovod_alone`)"),
 }
 
 
 def measurer(comparison: Comparison):
     def measure(venv: Path, rounds: int) -> dict:
         mpirun = ["mpirun", "-np", "2", "--oversubscribe"]
-        train = ["train", "--preset", comparison.preset, "--epochs", "1", *NO_FILES]
+        train = ["train", *comparison.train.split(), "--epochs", "1", *NO_FILES]
         rows = []
         with tempfile.TemporaryDirectory(prefix="hvdtrain-overhead-") as tmp:
             for i in range(rounds):
@@ -64,7 +73,7 @@ def measurer(comparison: Comparison):
 
 def markdowner(comparison: Comparison):
     def markdown(results: dict) -> str:
-        lines = [f"`mpirun -np 2 hvdtrain train --preset {comparison.preset} --epochs 1`, "
+        lines = [f"`mpirun -np 2 hvdtrain train {comparison.train} --epochs 1`, "
                  f"seconds from launch to the launcher's exit, median of interleaved rounds: "
                  f"{comparison.usual_says} against {comparison.hvdtrain_says}; ratio: median "
                  f"over rounds of usual / hvdtrain, spread = (max - min) / median. "
