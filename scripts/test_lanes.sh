@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# make test's two lanes: every test on the main stack, the correctness core on the other one.
+# make test's lanes: every test on the main stack, the correctness core on the other one.
 #
 #   scripts/test_lanes.sh MAIN_VENV [OTHER_VENV]
 #
 # Alone, a lane leaves a core idle part of the time (start-up waits, one-process steps, the
-# launchers' teardown; benchmarks/results/test_lanes.md), so the lanes run side by side, the
-# other stack's output held back and shown once it ends. The tests marked `timed` (a bound of
-# seconds, or a measured rate) run last, with nothing beside them. The exit status is 1 if any
-# lane failed.
+# launchers' teardown; benchmarks/results/test_lanes.md), so two lanes run side by side:
+#   main    the main stack's multi-rank tests
+#   beside  the other stack's lane, then the main stack's unit tests and the tests marked
+#           `waits` (a Slurm cluster's daemons, a fault's teardown), its output held back and
+#           shown once it ends
+# The tests marked `timed` (a bound of seconds, or a measured rate) run last, with nothing
+# beside them. The exit status is 1 if any lane failed.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 main_venv=$1
 other_venv=${2:-}
-other=""
+MAIN='multirank and not waits and not timed'
+BESIDE='(not multirank or waits) and not timed'
 
 lane() {  # VENV PYTEST_ARGS...: pytest with that venv's tools first on PATH
     local venv=$1
@@ -21,33 +25,49 @@ lane() {  # VENV PYTEST_ARGS...: pytest with that venv's tools first on PATH
     PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest --durations=15 "$@"
 }
 
-stop_other() {  # an interrupted run: the other lane ends its jobs as on Ctrl-C, then stops
-    if [ -n "$other" ] && kill -INT -- "-$other" 2>/dev/null; then
-        wait "$other"
-        rm -f "$other_log"
+ended() {  # STATUS: true when pytest ran to its end (passed or failed), false if interrupted
+    case $1 in 0|1) return 0 ;; *) return 1 ;; esac
+}
+
+beside_lane() {
+    local status=0 done
+    if [ -n "$other_venv" ]; then
+        echo "== $other_venv: the correctness core and the unit tests, one launcher per test"
+        lane "$other_venv" -m "core or not multirank" --launcher-turns
+        done=$?
+        ended "$done" || return "$done"
+        status=$done
+    fi
+    echo "== $main_venv: the unit tests and the tests that mostly wait"
+    lane "$main_venv" -m "$BESIDE"
+    done=$?
+    ended "$done" || return "$done"
+    return $((status | done))
+}
+
+stop_beside() {  # an interrupted run: the beside lane ends its jobs as on Ctrl-C, then stops
+    if [ -n "$beside" ] && kill -INT -- "-$beside" 2>/dev/null; then
+        wait "$beside"
+        rm -f "$beside_log"
     fi
 }
-trap stop_other EXIT
 
-if [ -n "$other_venv" ]; then
-    other_log=$(mktemp)
-    set -m  # its own process group, where Ctrl-C (SIGINT) keeps its meaning
-    lane "$other_venv" -m "core or not multirank" --launcher-turns >"$other_log" 2>&1 &
-    other=$!
-    set +m
-fi
-echo "== $main_venv: every test but the timed ones${other_venv:+ (beside it: $other_venv)}"
-lane "$main_venv" -m "not timed"
+beside_log=$(mktemp)
+set -m  # its own process group, where Ctrl-C (SIGINT) keeps its meaning
+beside_lane >"$beside_log" 2>&1 &
+beside=$!
+set +m
+trap stop_beside EXIT
+
+echo "== $main_venv: the multi-rank tests (the beside lane's output follows)"
+lane "$main_venv" -m "$MAIN"
 main=$?
-case $main in 0|1) ;; *) exit "$main" ;; esac  # interrupted, or pytest could not run
+ended "$main" || exit "$main"
 status=$main
-if [ -n "$other" ]; then
-    wait "$other" || status=1
-    other=""
-    echo "== $other_venv: the correctness core and the unit tests, one launcher per test"
-    cat "$other_log"
-    rm -f "$other_log"
-fi
+wait "$beside" || status=1
+beside=""
+cat "$beside_log"
+rm -f "$beside_log"
 echo "== $main_venv: the timed tests, alone"
 lane "$main_venv" -m timed || status=1
 exit "$status"

@@ -20,7 +20,7 @@ from conftest import (BIN, Job, assert_ok, assert_stopped_with_one_line, hvdtrai
                       importable_from, launch, launch_command, snapshot)
 from hvdtrain import checkpoints
 
-pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.timed]
+pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.waits]
 
 QUICK = ["--preset", "digits-mlp", "--set", "run.tensorboard=false", "--set", "run.export=false"]
 BAR = 0.95      # eval accuracy of the digits CNN after 10 epochs (test_multirank: 5 suffice)
@@ -96,6 +96,7 @@ def epochs_logged(run_dir: Path) -> set[int]:
 # ---------------------------------------------------------------------------------------------
 # A rank killed (SIGKILL) mid-training, then --resume.
 
+@pytest.mark.timed
 def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path):
     run_dir = tmp_path / "run"
     cnn = [*QUICK, "--preset", "digits"]
@@ -141,6 +142,7 @@ sys.exit(cli.run(sys.argv[1:]))
 """
 
 
+@pytest.mark.timed
 def test_a_rank_killed_while_rank_0_writes_a_checkpoint_keeps_the_previous_one(tmp_path):
     # mpirun, 2 ranks: rank 0 (the writer) is SIGKILLed half-way through epoch 3's checkpoint.
     run_dir = tmp_path / "run"
@@ -203,6 +205,7 @@ STALL_ABORT_S = 6
 STALL_SLACK_S = 30
 
 
+@pytest.mark.timed
 def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(launcher, tmp_path):
     (tmp_path / "stalls.py").write_text(STALLS)
     stalled_at = tmp_path / "stalled_at"
@@ -266,6 +269,7 @@ def third_name_of_this_host() -> str:
     return name
 
 
+@pytest.mark.timed
 def test_elastic_goes_on_without_a_killed_worker_even_rank_0(tmp_path):
     # One slot per host: Horovod blacklists the host of a failed worker, so losing rank 0 takes
     # no other worker with it. The new rank 0 goes on writing the same run directory.
@@ -287,6 +291,7 @@ def test_elastic_goes_on_without_a_killed_worker_even_rank_0(tmp_path):
     assert epochs_logged(run_dir) == set(range(1, 9))
 
 
+@pytest.mark.timed
 def test_elastic_takes_in_an_added_worker_at_the_next_commit(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:2\n")
