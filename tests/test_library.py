@@ -55,7 +55,13 @@ def run_example(launcher: str, tmp_path: Path, *extra: str) -> list[list[np.ndar
     return ranks
 
 
-def test_the_readme_example_trains_identical_ranks(launcher, tmp_path):
+@pytest.fixture(scope="module")
+def without_allreduce(tmp_path_factory) -> list[list[np.ndarray]]:
+    """The control, run once: what it shows does not depend on the launcher."""
+    return run_example("mpi", tmp_path_factory.mktemp("control"), "--no-allreduce")
+
+
+def test_the_readme_example_trains_identical_ranks(launcher, without_allreduce, tmp_path):
     rank0, rank1 = run_example(launcher, tmp_path)
     assert len(rank0) == len(rank1) > 0
     for a, b in zip(rank0, rank1):
@@ -63,7 +69,7 @@ def test_the_readme_example_trains_identical_ranks(launcher, tmp_path):
     history = (tmp_path / "out" / "rank0.json").read_text()
     assert '"accuracy"' in history
     # Control: without the all-reduce the ranks start alike (broadcast) but drift apart.
-    plain0, plain1 = run_example(launcher, tmp_path, "--no-allreduce")
+    plain0, plain1 = without_allreduce
     assert max(np.abs(a - b).max() for a, b in zip(plain0, plain1)) > 1e-3
 
 
