@@ -7,8 +7,8 @@
 # launchers' teardown; benchmarks/results/test_lanes.md), so two lanes run side by side:
 #   main    the main stack's multi-rank tests
 #   beside  the other stack's lane, then the main stack's unit tests and the tests marked
-#           `waits` (a Slurm cluster's daemons, a fault's teardown), its output held back and
-#           shown once it ends
+#           `waits` (a fault's teardown, a refusal), its output held back and shown once it
+#           ends
 # The tests marked `timed` (a bound of seconds, or a measured rate) run last, with nothing
 # beside them. The exit status is 1 if any lane failed.
 set -uo pipefail

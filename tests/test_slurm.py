@@ -25,7 +25,7 @@ from netns_cluster import remove_stale
 from slurm_cluster import SlurmCluster, unavailable_reason
 
 # A test here waits for up to three jobs of JOB_LIMIT_S each (below).
-pytestmark = [pytest.mark.multirank, pytest.mark.waits, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.multirank, pytest.mark.timed, pytest.mark.timeout(900)]
 
 ROOT = TESTS.parent
 SCRIPT = "run_scripts/slurm.sbatch"
@@ -202,7 +202,6 @@ def test_pmix_is_the_one_pmi_that_slurm_and_open_mpi_share(cluster, tmp_path):
 # Failures: scancel, a rank killed on one node, a requeued job.
 
 @pytest.mark.fault
-@pytest.mark.timed
 def test_scancel_ends_every_rank_and_the_same_command_resumes(cluster, one_host, tmp_path):
     # The pattern users should copy: a fixed --run-dir and --resume on every submission.
     first = submit(cluster, tmp_path, train=[*ARGS, "--resume"])
@@ -229,7 +228,6 @@ def test_scancel_ends_every_rank_and_the_same_command_resumes(cluster, one_host,
 
 
 @pytest.mark.fault
-@pytest.mark.timed
 def test_killed_rank_ends_the_step_within_seconds_naming_it(cluster, tmp_path):
     job = submit(cluster, tmp_path)
     wait_for_checkpoint(cluster, job, 1)
