@@ -1,6 +1,7 @@
 """A rank's start: launching.load_tensorflow holds back the imports Keras 3 makes for features
-hvdtrain does not use (scikit-learn, matplotlib), and the digits are read without importing
-scikit-learn. Each check runs in a fresh Python, the way a rank starts."""
+hvdtrain does not use (scikit-learn, matplotlib), the digits are read without importing
+scikit-learn, and after dist.init autograph leaves Horovod's code alone. Each check runs in a
+fresh Python, the way a rank starts."""
 from __future__ import annotations
 
 import json

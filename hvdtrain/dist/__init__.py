@@ -114,7 +114,7 @@ def autograph_leaves_horovod_alone() -> None:
     """Autograph (tf.function's rewrite of Python control flow into graph ops) skips Horovod's
     modules from now on, as it skips TensorFlow's and Keras' own. Horovod's graph code was
     written for graphs (plain Python around tf.cond): converting it changes nothing, yet it
-    costs every rank seconds of CPU at its first step, wherever a traced function reaches
+    costs every rank a second or more of CPU at its first step, wherever a traced step reaches
     Horovod (the custom loop's tape, Keras 2's DistributedOptimizer, broadcasts). TensorFlow
     has no public switch per package; where its private rule list is missing, autograph
     converts Horovod as before: slower, the same graphs."""
