@@ -39,7 +39,8 @@ class Comparison:
 
 
 COMPARISONS = {
-    "exit": Comparison("--preset synthetic-mlp", "import sys; from hvdtrain import cli; sys.exit(cli.run())",
+    "exit": Comparison("--preset synthetic-mlp",
+                       "import sys; from hvdtrain import cli; sys.exit(cli.run())",
                        "Python's usual exit", "hvdtrain's (`launching.end_rank`)"),
     "start": Comparison("--preset digits-mlp",
                         "import tensorflow, sklearn.datasets; from hvdtrain import cli; cli.main()",
