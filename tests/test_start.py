@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import run_job
 from hvdtrain import sklearn_data
 
 LOADED = """
@@ -105,10 +106,11 @@ print(json.dumps({{"result": result, "converted": sorted(converted)}}))
 def test_autograph_leaves_horovod_alone_after_dist_init(init, tmp_path):
     script = tmp_path / "step.py"  # a file: autograph reads the user's source
     script.write_text(CONVERTED.format(init=init))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.splitlines()[-1])
+    # run_job: hvd.init() outside a launcher starts Open MPI's singleton daemon beside it.
+    done = run_job([sys.executable, str(script)], timeout=120)
+    assert done.returncode == 0, done.output[-3000:]
+    seen = json.loads(next(line for line in reversed(done.output.splitlines())
+                           if line.startswith("{")))
     assert seen["result"] == [2.0, 2.0]  # one rank: the sum of one doubled tensor
     assert "__main__" in seen["converted"]   # the user's step is still converted
     assert ("horovod" in seen["converted"]) == (init == "hvd.init()"), seen["converted"]
