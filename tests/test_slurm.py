@@ -29,13 +29,13 @@ pytestmark = [pytest.mark.multirank, pytest.mark.timed, pytest.mark.timeout(900)
 
 ROOT = TESTS.parent
 SCRIPT = "run_scripts/slurm.sbatch"
-# test_multihost's job, longer (20 epochs of 30 steps), so that a cancel, a kill or a requeue
+# test_multihost's job, longer (10 epochs of 30 steps), so that a cancel, a kill or a requeue
 # lands mid-training. This job is chaotic (lr 0.15, batch 16): a rounding difference at epoch 4
 # is a 25% different loss at epoch 8. So the all-reduce runs one tensor at a time (no fusion:
 # which tensors share a buffer is a matter of timing, and it changes MPI's summation order) and
 # every rank on one TensorFlow thread (a rank alone on its node would otherwise take both cores
 # and split its sums differently from the one-host ranks).
-EPOCHS = 20
+EPOCHS = 10
 ARGS = [*TRAIN_ARGS, "--epochs", str(EPOCHS), "--batch-size", "16",
         "--set", "horovod.fusion_threshold_mb=0",
         "--set", "run.intra_op_threads=1", "--set", "run.inter_op_threads=1"]
