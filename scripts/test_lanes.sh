@@ -6,10 +6,10 @@
 # Alone, a lane leaves a core idle part of the time (start-up waits, one-process steps, the
 # launchers' teardown; benchmarks/results/test_lanes.md), so two lanes run side by side:
 #   main    the main stack's multi-rank tests
-#   beside  the other stack's lane, then the main stack's unit tests and the tests marked
-#           `waits` (a fault's teardown, a refusal), its output held back and shown once it
-#           ends
-# The tests marked `timed` (a bound of seconds, or a measured rate) run last, with nothing
+#   beside  the other stack's lane (its core but the `one_stack` cases, and its unit tests),
+#           then the main stack's unit tests and the tests marked `waits` (test_faults.py),
+#           its output held back and shown once it ends
+# The tests marked `timed` (a measured rate, the SLURM cluster's jobs) run last, with nothing
 # beside them. The exit status is 1 if any lane failed.
 set -uo pipefail
 
@@ -33,7 +33,7 @@ beside_lane() {
     local status=0 done
     if [ -n "$other_venv" ]; then
         echo "== $other_venv: the correctness core and the unit tests, one launcher per test"
-        lane "$other_venv" -m "core or not multirank" --launcher-turns
+        lane "$other_venv" -m "(core and not one_stack) or not multirank" --launcher-turns
         done=$?
         ended "$done" || return "$done"
         status=$done
