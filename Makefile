@@ -29,7 +29,7 @@ demo: install
 # The whole suite on $(STACK) (unit tests, real multi-rank runs under horovodrun and mpirun),
 # its multi-rank tests in one lane and beside them the correctness core on $(OTHER_STACK), one
 # launcher per test, in turn (OTHER_STACK= skips it), then $(STACK)'s unit tests and the fault
-# tests of test_faults.py; then the benchmark and SLURM tests alone (scripts/test_lanes.sh).
+# tests; then the SLURM tests alone (scripts/test_lanes.sh).
 test:
 	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
 	$(if $(OTHER_STACK),@$(call SETUP,$(OTHER_STACK),$(OTHER_VENV)))

@@ -7,17 +7,17 @@
 # launchers' teardown; benchmarks/results/test_lanes.md), so two lanes run side by side:
 #   main    the main stack's multi-rank tests
 #   beside  the other stack's lane (its core but the `one_stack` cases, and its unit tests),
-#           then the main stack's unit tests and the tests marked `waits` (test_faults.py),
-#           its output held back and shown once it ends
-# The tests marked `timed` (a measured rate, the SLURM cluster's jobs) run last, with nothing
-# beside them. The exit status is 1 if any lane failed.
+#           then the main stack's unit tests and the tests marked `beside` (test_faults.py
+#           and a few refusals), its output held back and shown once it ends
+# The tests marked `alone` (the SLURM tests) run last, with nothing beside them. The exit
+# status is 1 if any lane failed.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 main_venv=$1
 other_venv=${2:-}
-MAIN='multirank and not waits and not timed'
-BESIDE='(not multirank or waits) and not timed'
+MAIN='multirank and not beside and not alone'
+BESIDE='(not multirank or beside) and not alone'
 
 lane() {  # VENV PYTEST_ARGS...: pytest with that venv's tools first on PATH
     local venv=$1
@@ -38,7 +38,7 @@ beside_lane() {
         ended "$done" || return "$done"
         status=$done
     fi
-    echo "== $main_venv: the unit tests and the tests that mostly wait"
+    echo "== $main_venv: the unit tests and the tests marked beside"
     lane "$main_venv" -m "$BESIDE"
     done=$?
     ended "$done" || return "$done"
@@ -68,6 +68,6 @@ wait "$beside" || status=1
 beside=""
 cat "$beside_log"
 rm -f "$beside_log"
-echo "== $main_venv: the timed tests, alone"
-lane "$main_venv" -m timed || status=1
+echo "== $main_venv: the tests that run alone"
+lane "$main_venv" -m alone || status=1
 exit "$status"

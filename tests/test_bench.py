@@ -112,7 +112,10 @@ def test_an_efficiency_above_the_ceiling_is_flagged_as_noise():
 
 
 @pytest.mark.multirank
-@pytest.mark.timed   # its figures are rates: nothing may run beside it
+# Its checks are of sense, not of speed (rates above zero, figures recomputed from the rates,
+# an efficiency above 1.05 flagged, Horovod's bus bandwidth below one core's memcpy, which it
+# stays far under), so they hold on a busy machine; its figures do not, and make test
+# publishes none.
 @pytest.mark.timeout(900)
 def test_quick_benchmarks_run_and_make_sense(tmp_path):
     out = tmp_path / "results"

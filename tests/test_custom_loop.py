@@ -365,6 +365,7 @@ def test_lr_scaling_and_warmup_at_two_ranks_follow_the_schedule(tmp_path):
                                                              lr_at=control)) > 1e-3
 
 
+@pytest.mark.beside   # a refusal
 def test_adasum_on_three_ranks_stops_every_rank_before_training(tmp_path):
     # mpirun -np 3 (oversubscribed on 2 cores): a clear error, exit 2, no run directory.
     run_dir = tmp_path / "run"

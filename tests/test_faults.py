@@ -20,7 +20,7 @@ from conftest import (BIN, Job, assert_ok, assert_stopped_with_one_line, hvdtrai
                       importable_from, launch, launch_command, snapshot)
 from hvdtrain import checkpoints
 
-pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.waits]
+pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.beside]
 
 QUICK = ["--preset", "digits-mlp", "--set", "run.tensorboard=false", "--set", "run.export=false"]
 BAR = 0.95      # eval accuracy of the digits CNN after 10 epochs (test_multirank: 5 suffice)

@@ -113,6 +113,7 @@ def overflow_job(tmp_path: Path, order: str, name: str):
     return out, launch("mpi", 2, [sys.executable, str(script), str(out)], timeout=120)
 
 
+@pytest.mark.beside   # on Keras 3 its control waits for Horovod's stall check
 def test_a_step_that_overflows_on_one_rank_is_skipped_by_every_rank(tmp_path):
     out, job = overflow_job(tmp_path, RIGHT, "right")
     assert_ok(job, "mixed_float16 fit, one rank overflowing once")

@@ -25,7 +25,7 @@ from netns_cluster import remove_stale
 from slurm_cluster import SlurmCluster, unavailable_reason
 
 # A test here waits for up to three jobs of JOB_LIMIT_S each (below).
-pytestmark = [pytest.mark.multirank, pytest.mark.timed, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.multirank, pytest.mark.alone, pytest.mark.timeout(900)]
 
 ROOT = TESTS.parent
 SCRIPT = "run_scripts/slurm.sbatch"
