@@ -25,8 +25,9 @@ pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.beside]
 QUICK = ["--preset", "digits-mlp", "--set", "run.tensorboard=false", "--set", "run.export=false"]
 BAR = 0.95      # eval accuracy of the digits CNN after 10 epochs (test_multirank: 5 suffice)
 MLP_BAR = 0.93  # digits-mlp's final eval accuracy swings by 2 to 3 points between epochs
-GONE_WITHIN_S = 10   # the README: a killed rank takes every process of the job with it
-# (measured beside make test's main lane: 1.1 s under horovodrun, 0.3 s under mpirun)
+# The README: a killed rank takes every process of the job with it (measured beside make test's
+# main lane: 1.1 s under mpirun, 0.3 s under horovodrun).
+GONE_WITHIN_S = 10
 RANK_VARIABLE = {"gloo": "HOROVOD_RANK", "mpi": "OMPI_COMM_WORLD_RANK"}
 
 
@@ -200,8 +201,8 @@ def build(input_shape, num_classes):
 STALL_ABORT_S = 6
 # After run.stall_abort_s: the stall check's own period (run.stall_warning_s under MPI), then
 # the launcher's teardown. Measured from the stall to the launcher's exit on 2 cores: 7 s
-# (Gloo), 13 s (MPI), 23 s (MPI at a load of 5.6); 6.6 s and 10.3 s beside make test's main
-# lane.
+# (Gloo), 13 s (MPI), 23 s (MPI at a load of 5.6); beside make test's main lane 6.6 s (Gloo)
+# and 10.3 s (MPI).
 STALL_SLACK_S = 30
 
 
