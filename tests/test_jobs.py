@@ -62,9 +62,11 @@ def test_control_ending_the_session_alone_leaves_the_detached_process(marker):
     # What a timeout that kills only the launcher's session (or only the launcher) does.
     proc = subprocess.Popen(leaves_its_session(marker), stdout=subprocess.DEVNULL,
                             start_new_session=True)
-    wait_until_started(marker)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+    try:
+        wait_until_started(marker)
+    finally:   # the session ends however the wait went (the fixture ends the detached one)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
     time.sleep(0.5)
     assert processes_named(marker) != []
 
