@@ -125,7 +125,8 @@ class TrainStep:
 
     def _reduce_and_apply_accumulated(self, batches: tf.Tensor) -> None:
         mean = [total / batches for total in self._accumulated]
-        self._apply_gradients(dist.allreduce_gradients(mean, self.options))
+        self._apply_gradients(dist.reduce_gradients(mean, self.options,
+                                                      name="hvdtrain_accumulated_gradients"))
         for total in self._accumulated:
             total.assign(tf.zeros_like(total))
 

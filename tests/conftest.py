@@ -48,6 +48,7 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    deselect_keras3_only_on_keras2(config, items)
     if not config.getoption("--launcher-turns"):
         return
     alike: dict[tuple, list] = {}   # the same test and parameters but for the launcher
@@ -67,6 +68,17 @@ def pytest_collection_modifyitems(config, items) -> None:
     if left_out:
         config.hook.pytest_deselected(items=[i for i in items if i.nodeid in left_out])
         items[:] = [item for item in items if item.nodeid not in left_out]
+
+
+def deselect_keras3_only_on_keras2(config, items) -> None:
+    """Cases of hvdtrain's own Keras 3 binding do not exist where Keras 2 is installed."""
+    import importlib.metadata
+    if not importlib.metadata.version("keras").startswith("2."):
+        return
+    keras2 = [item for item in items if item.get_closest_marker("keras3_only")]
+    if keras2:
+        config.hook.pytest_deselected(items=keras2)
+        items[:] = [item for item in items if item not in keras2]
 
 
 launcher_env = launching.launch_env

@@ -34,6 +34,7 @@ from hvdtrain.dist.binding import (broadcast_variables, distributed_optimizer, d
                                    elastic_state, fit_callbacks, keras_version, load_model,
                                    metric_average_callback, optimizer_variables, run_elastic,
                                    save_model, scale_loss, unscale_gradients)
+from hvdtrain.dist.reducer import reduce_gradients
 from hvdtrain.dist.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
 
@@ -41,7 +42,7 @@ T = TypeVar("T")
 
 __all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Horovod
     "World", "init", "stack_description", "horovod_settings_in_force", "refresh_world",
-    "check_same_config", "lost_a_rank", "agree_or_fail", "allreduce_gradients", "join",
+    "check_same_config", "lost_a_rank", "agree_or_fail", "reduce_gradients", "join",
     "broadcast_object", "allreduce_sum", "allgather_object", "allreduce_each", "rank0_then_all",
     "broadcast_variables", "distributed_optimizer", "distributed_tape", "elastic_state",
     "fit_callbacks", "keras_version", "load_model", "metric_average_callback",
@@ -202,15 +203,6 @@ def agree_or_fail(problem: str | None, world: World) -> None:
         rank, first = failed[0]
         where = "" if len(failed) == world.size else f" (on rank {rank})"
         raise UserError(f"{first}{where}", shared=True)
-
-
-def allreduce_gradients(gradients: Sequence[tf.Tensor], options: HorovodConfig) -> list[tf.Tensor]:
-    """What ``distributed_tape`` does to its gradients, for dense gradients accumulated locally
-    over several batches (backward_passes_per_step > 1): one all-reduce per k batches."""
-    # Horovod: the tape's reduction and compression, one named all-reduce per variable.
-    return [hvd.allreduce(grad, op=reduce_op(options), compression=compression(options),
-                          name=f"hvdtrain_accumulated_grad_{i}")
-            for i, grad in enumerate(gradients)]
 
 
 def join() -> int:

@@ -10,6 +10,7 @@ work on plain tensors whatever the Keras version.
 """
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -23,38 +24,14 @@ import horovod.tensorflow.elastic as hvd_elastic
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.dist.reduction import compression, reduce_op
+from hvdtrain.dist.reducer import reduce_gradients
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
 MODEL_FILE = "model.keras"
-
-
-def allreduce_gradients(gradients: Sequence[tf.Tensor | None],
-                        options: HorovodConfig) -> list[tf.Tensor | None]:
-    """The gradients averaged (or Adasum-combined) over ranks, in their order; None stays None.
-
-    Dense gradients go through ONE grouped all-reduce: Horovod negotiates it once and fuses
-    it into one buffer. Sparse ones (embeddings) are all-gathered unless sparse_as_dense."""
-    present = [i for i, g in enumerate(gradients) if g is not None]
-    values = [gradients[i] for i in present]
-    if options.sparse_as_dense:
-        values = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                  for g in values]
-    if options.op == "adasum":
-        # Horovod: Adasum per tensor (its grouped form fails on CPU tensors in 0.28.1).
-        reduced = [hvd.allreduce(g, op=hvd.Adasum, compression=compression(options),
-                                 name=f"hvdtrain_grad_{i}") for i, g in zip(present, values)]
-    else:
-        # Horovod: one grouped all-reduce of every gradient of the step (ring all-reduce,
-        # averaged; fp16 on the wire if asked).
-        reduced = hvd.grouped_allreduce(values, op=reduce_op(options),
-                                        compression=compression(options),
-                                        name="hvdtrain_gradients")
-    out = list(gradients)
-    for i, g in zip(present, reduced):
-        out[i] = g
-    return out
+# The gradients a distributed tape returned, by id (weakly: they go when the step drops them),
+# so that a distributed optimizer given them refuses to reduce them a second time.
+_REDUCED_BY_TAPE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
@@ -72,6 +49,13 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     if optimizer.built:
         raise UserError("distributed_optimizer() needs a fresh optimizer: wrap it before "
                         "compile() and before its first step")
+    if options.backward_passes_per_step > 1:
+        raise UserError("backward_passes_per_step > 1 is not applied by distributed_optimizer() "
+                        "in fit: accumulate in hvdtrain's custom loop (--loop custom)")
+    if (optimizer.gradient_accumulation_steps or 0) > 1:
+        raise UserError("the optimizer's gradient_accumulation_steps would all-reduce every "
+                        "micro-batch: use horovod.backward_passes_per_step with hvdtrain's "
+                        "custom loop (--loop custom) instead")
     if (tf.keras.mixed_precision.global_policy().name == "mixed_float16"
             and not isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)):
         optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
@@ -80,7 +64,9 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     def apply(self, grads, trainable_variables=None):
         # Horovod: average the gradients across ranks before the wrapped optimizer (and a
         # LossScaleOptimizer's unscaling and finiteness check) sees them.
-        return base.apply(self, allreduce_gradients(list(grads), options), trainable_variables)
+        grads = list(grads)
+        refuse_tape_gradients(grads)
+        return base.apply(self, reduce_gradients(grads, options), trainable_variables)
 
     # Same name and module as the wrapped class: a saved model's optimizer loads back as the
     # plain optimizer, without hvdtrain.
@@ -90,6 +76,12 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     return distributed.from_config(optimizer.get_config())
 
 
+def refuse_tape_gradients(gradients: Sequence[Any]) -> None:
+    if any(_REDUCED_BY_TAPE.get(id(g)) is g for g in gradients if g is not None):
+        raise UserError("these gradients come from dist.distributed_tape and were reduced "
+                        "already: apply them with a plain optimizer, not a distributed one")
+
+
 class _ReducingTape:
     """A GradientTape stand-in whose ``gradient`` returns gradients reduced across ranks."""
 
@@ -97,7 +89,12 @@ class _ReducingTape:
         self._tape, self._options = tape, options
 
     def gradient(self, target: tf.Tensor, sources: Sequence[tf.Variable]) -> list[tf.Tensor]:
-        return allreduce_gradients(self._tape.gradient(target, sources), self._options)
+        reduced = reduce_gradients(self._tape.gradient(target, sources), self._options,
+                                   name="hvdtrain_tape_gradients")
+        for grad in reduced:
+            if grad is not None:
+                _REDUCED_BY_TAPE[id(grad)] = grad
+        return reduced
 
 
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> Any:
@@ -122,9 +119,15 @@ def metric_average_callback() -> tf.keras.callbacks.Callback:
 
 
 class BroadcastInitialState(tf.keras.callbacks.Callback):
-    """At the start of ``fit``: rank 0's weights and optimizer state on every rank (Keras 3
-    builds the optimizer before training begins). Refuses XLA: Horovod's ops have no XLA
-    lowering here, so a jit-compiled train step could not contain the all-reduce."""
+    """Rank 0's weights and optimizer state on every rank, before the ranks can differ.
+
+    Keras 3's ``fit`` builds neither a model without an ``Input`` nor the optimizer's slots
+    before the first step. A model built when training begins (an ``Input``, or
+    ``model.build``): the optimizer is built here and both are broadcast before the first step,
+    so N ranks at batch B train exactly as 1 rank at N x B. A model still unbuilt then gets its
+    variables in the first step: the broadcast follows that step (as Horovod's own Keras
+    callback does), so the ranks agree from the second step on. Refuses XLA: Horovod's ops have
+    no XLA lowering here, so a jit-compiled train step could not contain the all-reduce."""
 
     def __init__(self, root_rank: int = 0):
         super().__init__()
@@ -136,10 +139,19 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
             raise UserError("this model is compiled with XLA (jit_compile=True; Keras 3 turns it "
                             "on by itself when it sees a GPU), but Horovod's all-reduce has no "
                             "XLA lowering: compile with jit_compile=False")
+        if not self.done and self.model.built and self.model.variables:
+            if not self.model.optimizer.built:
+                self.model.optimizer.build(self.model.trainable_variables)
+            self._broadcast()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if not self.done:
-            broadcast_variables([*self.model.variables,
-                                 *optimizer_variables(self.model.optimizer)], self.root_rank)
-            self.done = True
+            self._broadcast()
+
+    def _broadcast(self) -> None:
+        broadcast_variables([*self.model.variables,
+                             *optimizer_variables(self.model.optimizer)], self.root_rank)
+        self.done = True
 
 
 def broadcast_callback(root_rank: int = 0) -> tf.keras.callbacks.Callback:

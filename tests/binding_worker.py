@@ -1,0 +1,117 @@
+"""Launched by tests/test_binding.py: the library pattern (a user's own ``fit`` with
+``dist.distributed_optimizer`` and ``dist.fit_callbacks()``) on several models in turn, in ONE
+job, saving what every rank ends with; at 1 rank it is the replay at twice the batch."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+
+from hvdtrain import launching  # TensorFlow loads in main(), through launching
+
+SAMPLES, FEATURES, VOCAB, CLASSES = 64, 6, 64, 4
+
+
+def dense_first_model(input_shape=(FEATURES,), num_classes=CLASSES):
+    """A subclassed model that creates its Dense layer before its Embedding: its dense
+    gradients come before the embedding's sparse one. Also a ``--model module:function``."""
+    import tensorflow as tf
+
+    class DenseFirst(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = tf.keras.layers.Dense(num_classes)
+            self.embed = tf.keras.layers.Embedding(VOCAB, 8)
+
+        def call(self, x):
+            # Column 0 holds a row's own id: no id twice in a batch, since Keras 3's Adam
+            # (measured) updates its second moment per slice, so repeated ids would make the
+            # result depend on how the batch is split over ranks.
+            ids = tf.cast(x[:, 0], tf.int32) % VOCAB
+            return self.dense(tf.concat([x[:, 1:], self.embed(ids)], axis=1))
+
+    return DenseFirst()
+
+
+def no_input_model():
+    import tensorflow as tf
+    return tf.keras.Sequential([tf.keras.layers.Dense(64, activation="relu"),
+                                tf.keras.layers.Dense(CLASSES)])
+
+
+def data(rank: int, size: int, batch: int):
+    """Rank ``rank``'s shard: its B rows of every 2B-row global batch, so 1 rank at 2B sees
+    each global batch whole, in the same order."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(SAMPLES, FEATURES)).astype("float32")
+    x[:, 0] = np.arange(SAMPLES)  # each row's id, for the embedding
+    y = rng.integers(0, CLASSES, SAMPLES)
+    rows = np.arange(SAMPLES).reshape(-1, size, batch)[:, rank].ravel()
+    return x[rows], y[rows]
+
+
+def train(model, dist, world, options, batch: int, epochs: int = 2):
+    import tensorflow as tf
+    optimizer = dist.distributed_optimizer(tf.keras.optimizers.Adam(0.01), options)
+    model.compile(optimizer=optimizer, jit_compile=False,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = data(world.rank, world.size, batch)
+    model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0,
+              callbacks=dist.fit_callbacks())
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--old-broadcast", action="store_true",
+                        help="a control: the broadcast only at on_train_begin, as before")
+    args = parser.parse_args()
+    launching.load_tensorflow()
+    import tensorflow as tf
+    from hvdtrain import dist
+    from hvdtrain.config import HorovodConfig
+    world = dist.init()
+    if args.old_broadcast:
+        from hvdtrain.dist import keras3
+        keras3.BroadcastInitialState.on_train_batch_end = (
+            tf.keras.callbacks.Callback.on_train_batch_end)
+    options, save = HorovodConfig(), {}
+
+    # Bug 1 and the exact broadcast: built before fit, so N ranks at B equal 1 rank at N x B.
+    tf.keras.utils.set_random_seed(100 + world.rank)
+    model = dense_first_model()
+    model(np.zeros((1, FEATURES), "float32"))  # a subclassed model's build() creates nothing
+    save["dense_first"] = train(model, dist, world, options, args.batch).get_weights()
+
+    # Bug 2: no Input and never built: the broadcast follows the first step.
+    tf.keras.utils.set_random_seed(100 + world.rank)
+    save["no_input"] = train(no_input_model(), dist, world, options, args.batch).get_weights()
+
+    # Adam's state restored on rank 0 only (its step count and slots, as a checkpoint would
+    # load them) reaches every rank.
+    if not args.old_broadcast:
+        tf.keras.utils.set_random_seed(100 + world.rank)
+        model = no_input_model()
+        model.build((None, FEATURES))
+        optimizer = dist.distributed_optimizer(tf.keras.optimizers.Adam(0.01), options)
+        if world.rank == 0:
+            optimizer.build(model.trainable_variables)
+            for variable in optimizer.variables:
+                variable.assign(tf.fill(variable.shape, tf.cast(0.5, variable.dtype)))
+            optimizer.iterations.assign(7)
+        model.compile(optimizer=optimizer, jit_compile=False,
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x, y = data(world.rank, world.size, args.batch)
+        model.fit(x[:args.batch], y[:args.batch], batch_size=args.batch, epochs=1, verbose=0,
+                  callbacks=dist.fit_callbacks())
+        save["restored"] = [v.numpy() for v in optimizer.variables]
+    for case, arrays in save.items():
+        np.savez(args.out / f"{case}.rank{world.rank}.npz", *arrays)
+
+
+if __name__ == "__main__":
+    main()

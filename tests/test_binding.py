@@ -1,0 +1,56 @@
+"""The Keras 3 binding through a library user's own ``fit`` (tests/binding_worker.py runs the
+cases in one job): sparse gradients after dense ones, a model without an Input, Adam's state
+restored on rank 0 only; and at one rank, the reducer's pass-through and its refusals."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import TESTS, assert_ok, hvdtrain, importable_from, launch
+
+pytestmark = [pytest.mark.keras3_only]
+
+WORKER = TESTS / "binding_worker.py"
+
+
+def run_cases(np_: int, out: Path, *args: str) -> dict[str, list[list[np.ndarray]]]:
+    """Every case's arrays, per rank."""
+    out.mkdir()
+    job = launch("mpi", np_, [sys.executable, str(WORKER), "--out", str(out), *args],
+                 timeout=240)
+    assert_ok(job, f"the binding's cases at {np_} ranks")
+    cases: dict[str, list[list[np.ndarray]]] = {}
+    for path in sorted(out.glob("*.rank*.npz")):
+        case = path.name.split(".")[0]
+        with np.load(path) as f:
+            arrays = [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+        cases.setdefault(case, []).append(arrays)
+    return cases
+
+
+def biggest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    assert len(a) == len(b) > 0
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
+
+
+@pytest.mark.multirank
+@pytest.mark.core
+def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(tmp_path):
+    two = run_cases(2, tmp_path / "two", "--batch", "8")
+    one = run_cases(1, tmp_path / "one", "--batch", "16")
+    old = run_cases(2, tmp_path / "old", "--batch", "8", "--old-broadcast")
+    # Bug 1: a dense gradient before the embedding's sparse one trains, and exactly.
+    rank0, rank1 = two["dense_first"]
+    assert biggest_difference(rank0, rank1) == 0
+    assert biggest_difference(rank0, one["dense_first"][0]) < 1e-5
+    # Bug 2: a model without an Input ends alike on both ranks (seeds 100 + rank) ...
+    assert biggest_difference(*two["no_input"]) == 0
+    # ... control: broadcast at on_train_begin only, nothing is built yet, the ranks drift.
+    assert biggest_difference(*old["no_input"]) > 1e-2
+    # Adam restored on rank 0 only: its step count (7, then 1 step) and slots reach rank 1.
+    rank0, rank1 = two["restored"]
+    assert biggest_difference(rank0, rank1) == 0
+    assert int(rank1[0]) == 7 + 1
