@@ -4,7 +4,7 @@ job, saving what every rank ends with; at 1 rank it is the replay at twice the b
 from __future__ import annotations
 
 import argparse
-import os
+import json
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +111,54 @@ def main() -> None:
         save["restored"] = [v.numpy() for v in optimizer.variables]
     for case, arrays in save.items():
         np.savez(args.out / f"{case}.rank{world.rank}.npz", *arrays)
+    if world.size == 1:
+        (args.out / "single.json").write_text(json.dumps(single_rank_checks(dist)))
+
+
+def horovod_ops(function, *args) -> list[str]:
+    import tensorflow as tf
+    graph = tf.function(function).get_concrete_function(*args).graph
+    return [op.type for op in graph.get_operations() if "Horovod" in op.type]
+
+
+def refusal(action) -> str:
+    from hvdtrain.errors import UserError
+    try:
+        action()
+    except UserError as e:
+        return str(e)
+    return ""
+
+
+def single_rank_checks(dist) -> dict:
+    """At world size 1: the reducer's pass-through, and the binding's one-line refusals."""
+    import tensorflow as tf
+    import horovod.tensorflow as hvd
+    from hvdtrain.config import HorovodConfig
+    fp16 = HorovodConfig(compression="fp16")
+    pi = tf.constant([3.14159265], tf.float32)
+    model = no_input_model()
+    model.build((None, FEATURES))
+
+    def tape_then_distributed_optimizer():
+        optimizer = dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1), HorovodConfig())
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(tf.ones((2, FEATURES))))
+        grads = dist.distributed_tape(tape, HorovodConfig()).gradient(
+            loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    return {
+        "passed_through": dist.reduce_gradients([pi], fp16)[0].numpy().tolist(),
+        "fp16_round_trip": tf.cast(tf.cast(pi, tf.float16), tf.float32).numpy().tolist(),
+        "reducer_ops": horovod_ops(lambda g: dist.reduce_gradients([g], fp16), pi),
+        "allreduce_ops": horovod_ops(lambda g: hvd.allreduce(g), pi),  # Horovod: the control
+        "double_reduction": refusal(tape_then_distributed_optimizer),
+        "accumulation_steps": refusal(lambda: dist.distributed_optimizer(
+            tf.keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), HorovodConfig())),
+        "backward_passes": refusal(lambda: dist.distributed_optimizer(
+            tf.keras.optimizers.SGD(0.1), HorovodConfig(backward_passes_per_step=2))),
+    }
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ cases in one job): sparse gradients after dense ones, a model without an Input, 
 restored on rank 0 only; and at one rank, the reducer's pass-through and its refusals."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -54,3 +55,13 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(tmp_pat
     rank0, rank1 = two["restored"]
     assert biggest_difference(rank0, rank1) == 0
     assert int(rank1[0]) == 7 + 1
+    # At 1 rank (the replay's job): the gradients pass through untouched, with no all-reduce
+    # (control: fp16 on the wire would round them; a traced all-reduce shows as a Horovod op).
+    single = json.loads((tmp_path / "one" / "single.json").read_text())
+    assert single["passed_through"] == [np.float32(3.14159265)]
+    assert single["fp16_round_trip"] != single["passed_through"]
+    assert single["reducer_ops"] == [] and single["allreduce_ops"] == ["HorovodAllreduce"]
+    # A tape's gradients given to a distributed optimizer: refused, not reduced twice.
+    assert single["double_reduction"].startswith("these gradients come from dist.distributed_tape")
+    assert "custom loop" in single["accumulation_steps"]
+    assert "custom loop" in single["backward_passes"]
