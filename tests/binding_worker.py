@@ -14,9 +14,9 @@ from hvdtrain import launching  # TensorFlow loads in main(), through launching
 SAMPLES, FEATURES, VOCAB, CLASSES = 64, 6, 64, 4
 
 
-def dense_first_model(input_shape=(FEATURES,), num_classes=CLASSES):
+def dense_first_model(num_classes=CLASSES):
     """A subclassed model that creates its Dense layer before its Embedding: its dense
-    gradients come before the embedding's sparse one. Also a ``--model module:function``."""
+    gradients come before the embedding's sparse one."""
     import tensorflow as tf
 
     class DenseFirst(tf.keras.Model):
@@ -24,8 +24,10 @@ def dense_first_model(input_shape=(FEATURES,), num_classes=CLASSES):
             super().__init__()
             self.dense = tf.keras.layers.Dense(num_classes)
             self.embed = tf.keras.layers.Embedding(VOCAB, 8)
+            self.flat = tf.keras.layers.Flatten()
 
         def call(self, x):
+            x = self.flat(x)  # images too, for the CLI
             # Column 0 holds a row's own id: no id twice in a batch, since Keras 3's Adam
             # (measured) updates its second moment per slice, so repeated ids would make the
             # result depend on how the batch is split over ranks.
@@ -33,6 +35,14 @@ def dense_first_model(input_shape=(FEATURES,), num_classes=CLASSES):
             return self.dense(tf.concat([x[:, 1:], self.embed(ids)], axis=1))
 
     return DenseFirst()
+
+
+def dense_first_on_input(input_shape, num_classes):
+    """The CLI's ``--model binding_worker:dense_first_on_input``: the same model on an Input
+    (the CLI needs known shapes); its variables keep their order, the dense ones first."""
+    import tensorflow as tf
+    inputs = tf.keras.Input(input_shape)
+    return tf.keras.Model(inputs, dense_first_model(num_classes)(inputs))
 
 
 def no_input_model():

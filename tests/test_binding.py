@@ -65,3 +65,17 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(tmp_pat
     assert single["double_reduction"].startswith("these gradients come from dist.distributed_tape")
     assert "custom loop" in single["accumulation_steps"]
     assert "custom loop" in single["backward_passes"]
+
+
+@pytest.mark.multirank
+@pytest.mark.core
+def test_cli_trains_a_user_model_whose_dense_gradients_come_first(tmp_path):
+    # Before the reducer grouped sparse gradients apart, both ranks failed here with
+    # "'SymbolicTensor' object has no attribute 'dense_shape'".
+    job = launch("mpi", 2, hvdtrain("train", "--preset", "synthetic-mlp", "--epochs", "1",
+                                    "--model", "binding_worker:dense_first_on_input",
+                                    "--run-dir", str(tmp_path / "run")),
+                 env=importable_from(TESTS), timeout=180)
+    assert_ok(job, "hvdtrain train with the dense-first user model")
+    assert "model binding_worker:dense_first_on_input, 1,232 parameters" in job.output
+    assert "done: eval accuracy" in job.output
