@@ -123,6 +123,22 @@ def main() -> None:
         np.savez(args.out / f"{case}.rank{world.rank}.npz", *arrays)
     if world.size == 1:
         (args.out / "single.json").write_text(json.dumps(single_rank_checks(dist)))
+    elif not args.old_broadcast:
+        (args.out / f"pair.rank{world.rank}.json").write_text(json.dumps(
+            two_rank_checks(dist, world.rank)))
+
+
+def two_rank_checks(dist, rank: int) -> dict:
+    """At 2 ranks: float32 and float16 gradients in one step, and a rank with no batch at all
+    joining at once while its peer reduces its one batch."""
+    import tensorflow as tf
+    from hvdtrain.config import HorovodConfig
+    reduce = tf.function(lambda *grads: dist.reduce_gradients(grads, HorovodConfig()))
+    mixed = reduce(tf.constant([1.0 + rank], tf.float32), tf.constant([2.0 + 2 * rank], tf.float16))
+    joined = reduce(tf.constant([4.0]))[0].numpy().tolist() if rank == 0 else None
+    return {"mixed": [float(g.numpy()[0]) for g in mixed],
+            "mixed_dtypes": [g.dtype.name for g in mixed],
+            "joined": joined, "last_to_join": dist.join()}
 
 
 def horovod_ops(function, *args) -> list[str]:

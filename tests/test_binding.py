@@ -51,6 +51,13 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(tmp_pat
     assert biggest_difference(*two["no_input"]) == 0
     # ... control: broadcast at on_train_begin only, nothing is built yet, the ranks drift.
     assert biggest_difference(*old["no_input"]) > 1e-2
+    # Float32 and float16 gradients in one grouped all-reduce: each averaged, dtype kept.
+    pairs = [json.loads((tmp_path / "two" / f"pair.rank{r}.json").read_text()) for r in (0, 1)]
+    for pair in pairs:
+        assert pair["mixed"] == [1.5, 3.0] and pair["mixed_dtypes"] == ["float32", "float16"]
+    # Rank 1 had no batch and joined at once: rank 0's batch averaged with its zeros.
+    assert pairs[0]["joined"] == [2.0]
+    assert pairs[0]["last_to_join"] == pairs[1]["last_to_join"] == 0
     # Adam restored on rank 0 only: its step count (7, then 1 step) and slots reach rank 1.
     rank0, rank1 = two["restored"]
     assert biggest_difference(rank0, rank1) == 0

@@ -20,7 +20,8 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     """The gradients averaged (or Adasum-combined) over ranks, in their order; None stays None.
 
     At world size 1 they come back untouched (no all-reduce, no fp16 rounding). Dense
-    gradients go through ONE grouped all-reduce (negotiated once, fused into one buffer);
+    gradients go through ONE grouped all-reduce per dtype (negotiated once, fused into one
+    buffer; one dtype in the usual case, float16 and float32 under some mixed precision);
     sparse ones (IndexedSlices, from embeddings) are reduced each on its own, apart from the
     dense ones, unless sparse_as_dense makes them dense first. Adasum reduces every tensor on
     its own. ``name`` must be the same on every rank and differ between call sites."""
@@ -42,12 +43,16 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
         # goes tensor by tensor (its grouped form fails on CPU tensors in 0.28.1).
         out[i] = hvd.allreduce(out[i], op=reduce_op(options), compression=compression(options),
                                name=f"{name}_{i}")
-    grouped = [i for i in dense if i not in each]
-    if grouped:
-        # Horovod: one grouped all-reduce of every dense gradient of the step (ring
-        # all-reduce, averaged; fp16 on the wire if asked).
+    by_dtype: dict[tf.DType, list[int]] = {}
+    for i in dense:
+        if i not in each:
+            by_dtype.setdefault(out[i].dtype, []).append(i)
+    for dtype, grouped in sorted(by_dtype.items(), key=lambda item: item[0].name):
+        # Horovod: one grouped all-reduce of the step's dense gradients per dtype (ring
+        # all-reduce, averaged; fp16 on the wire if asked); its op takes one dtype only.
         reduced = hvd.grouped_allreduce([out[i] for i in grouped], op=reduce_op(options),
-                                        compression=compression(options), name=name)
+                                        compression=compression(options),
+                                        name=name if len(by_dtype) == 1 else f"{name}_{dtype.name}")
         for i, grad in zip(grouped, reduced):
             out[i] = grad
     return out
