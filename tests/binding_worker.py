@@ -182,8 +182,6 @@ def single_rank_checks(dist) -> dict:
         "double_reduction": refusal(tape_then_distributed_optimizer),
         "accumulation_steps": refusal(lambda: dist.distributed_optimizer(
             tf.keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), HorovodConfig())),
-        "backward_passes": refusal(lambda: dist.distributed_optimizer(
-            tf.keras.optimizers.SGD(0.1), HorovodConfig(backward_passes_per_step=2))),
     }
 
 

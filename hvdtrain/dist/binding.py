@@ -54,7 +54,11 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
                           options: HorovodConfig | None = None) -> tf.keras.optimizers.Optimizer:
     """``optimizer`` made distributed: its update averages the gradients over ranks (ring
     all-reduce) first. Wrap a fresh optimizer, before compile."""
-    return _keras_binding().distributed_optimizer(optimizer, options or HorovodConfig())
+    options = options or HorovodConfig()
+    if options.backward_passes_per_step > 1:
+        raise UserError("backward_passes_per_step > 1 is not applied by distributed_optimizer() "
+                        "in fit: accumulate in hvdtrain's custom loop (--loop custom)")
+    return _keras_binding().distributed_optimizer(optimizer, options)
 
 
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:

@@ -49,9 +49,6 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     if optimizer.built:
         raise UserError("distributed_optimizer() needs a fresh optimizer: wrap it before "
                         "compile() and before its first step")
-    if options.backward_passes_per_step > 1:
-        raise UserError("backward_passes_per_step > 1 is not applied by distributed_optimizer() "
-                        "in fit: accumulate in hvdtrain's custom loop (--loop custom)")
     if (optimizer.gradient_accumulation_steps or 0) > 1:
         raise UserError("the optimizer's gradient_accumulation_steps would all-reduce every "
                         "micro-batch: use horovod.backward_passes_per_step with hvdtrain's "
