@@ -72,7 +72,6 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(tmp_pat
     assert "custom loop" in single["accumulation_steps"]
 
 
-@pytest.mark.keras3_only
 @pytest.mark.multirank
 @pytest.mark.core
 def test_cli_trains_a_user_model_whose_dense_gradients_come_first(tmp_path):
