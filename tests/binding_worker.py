@@ -110,7 +110,7 @@ def main() -> None:
         optimizer = dist.distributed_optimizer(tf.keras.optimizers.Adam(0.01), options)
         if world.rank == 0:
             optimizer.build(model.trainable_variables)
-            for variable in optimizer.variables:
+            for variable in dist.optimizer_variables(optimizer):
                 variable.assign(tf.fill(variable.shape, tf.cast(0.5, variable.dtype)))
             optimizer.iterations.assign(7)
         model.compile(optimizer=optimizer, jit_compile=False,
@@ -118,7 +118,7 @@ def main() -> None:
         x, y = data(world.rank, world.size, args.batch)
         model.fit(x[:args.batch], y[:args.batch], batch_size=args.batch, epochs=1, verbose=0,
                   callbacks=dist.fit_callbacks())
-        save["restored"] = [v.numpy() for v in optimizer.variables]
+        save["restored"] = [v.numpy() for v in dist.optimizer_variables(optimizer)]
     for case, arrays in save.items():
         np.savez(args.out / f"{case}.rank{world.rank}.npz", *arrays)
     if world.size == 1:
