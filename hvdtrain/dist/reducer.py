@@ -3,6 +3,7 @@ tape stand-in and the custom loop's accumulated gradients all call ``reduce_grad
 Horovod's optimizer, tape and accumulation all call its ``_make_allreduce_grads_fn``."""
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import tensorflow as tf
@@ -19,15 +20,16 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
                      ) -> list[tf.Tensor | tf.IndexedSlices | None]:
     """The gradients averaged (or Adasum-combined) over ranks, in their order; None stays None.
 
-    At world size 1 they come back untouched (no all-reduce, no fp16 rounding). Dense
-    gradients go through ONE grouped all-reduce per dtype (negotiated once, fused into one
+    At world size 1 they come back untouched (no all-reduce, no fp16 rounding), except under
+    elastic training, where a traced step outlives the world size. Dense gradients go through ONE grouped all-reduce per dtype (negotiated once, fused into one
     buffer; one dtype in the usual case, float16 and float32 under some mixed precision);
     sparse ones (IndexedSlices, from embeddings) are reduced each on its own, apart from the
     dense ones, unless sparse_as_dense makes them dense first. Adasum reduces every tensor on
     its own. ``name`` must be the same on every rank and differ between call sites."""
     out = list(gradients)
-    # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too).
-    if hvd.size() == 1:
+    # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
+    # under elastic training, where a step traced at size 1 may run after workers join.
+    if hvd.size() == 1 and not int(os.environ.get("HOROVOD_ELASTIC", 0)):
         return out
     dense, sparse = [], []
     for i, grad in enumerate(out):
