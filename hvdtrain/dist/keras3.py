@@ -122,9 +122,10 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
     before the first step. A model with its weights when training begins (an ``Input``, or
     called once on a batch; a subclassed model's ``build`` creates none): the optimizer is
     built here and both are broadcast before the first step, so N ranks at batch B train
-    exactly as 1 rank at N x B. A model still without weights then gets them in the first step: the broadcast follows that step (as Horovod's own Keras
-    callback does), so the ranks agree from the second step on. Refuses XLA: Horovod's ops have
-    no XLA lowering here, so a jit-compiled train step could not contain the all-reduce."""
+    exactly as 1 rank at N x B. A model still without weights then gets them in the first
+    step: the broadcast follows that step (as Horovod's own Keras callback does), so the ranks
+    agree from the second step on. Refuses XLA: Horovod's ops have no XLA lowering here, so a
+    jit-compiled train step could not contain the all-reduce."""
 
     def __init__(self, root_rank: int = 0):
         super().__init__()
