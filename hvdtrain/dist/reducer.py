@@ -21,8 +21,9 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     """The gradients averaged (or Adasum-combined) over ranks, in their order; None stays None.
 
     At world size 1 they come back untouched (no all-reduce, no fp16 rounding), except under
-    elastic training, where a traced step outlives the world size. Dense gradients go through ONE grouped all-reduce per dtype (negotiated once, fused into one
-    buffer; one dtype in the usual case, float16 and float32 under some mixed precision);
+    elastic training, where a traced step outlives the world size. Dense gradients go through
+    ONE grouped all-reduce per dtype (negotiated once, fused into one buffer; one dtype in the
+    usual case, float16 and float32 under some mixed precision);
     sparse ones (IndexedSlices, from embeddings) are reduced each on its own, apart from the
     dense ones, unless sparse_as_dense makes them dense first. Adasum reduces every tensor on
     its own. ``name`` must be the same on every rank and differ between call sites."""
