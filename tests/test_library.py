@@ -73,10 +73,8 @@ def test_the_readme_example_trains_identical_ranks(launcher, without_allreduce, 
     assert max(np.abs(a - b).max() for a, b in zip(plain0, plain1)) > 1e-3
 
 
+@pytest.mark.keras3_only   # Keras 2 never turns XLA on by itself; the refusal is Keras 3's binding's
 def test_xla_is_refused_with_one_clear_line(tmp_path):
-    from hvdtrain import dist
-    if dist.keras_version().startswith("2."):
-        pytest.skip("Keras 2 never turns XLA on by itself; the refusal is the Keras 3 binding's")
     # Keras 3 compiles with XLA by itself when it sees a GPU; here it is asked for directly.
     script = tmp_path / "xla.py"
     example = readme_example()
