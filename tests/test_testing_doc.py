@@ -35,7 +35,8 @@ def test_every_test_docs_testing_md_names_exists_and_every_file_has_a_row():
 
 def test_control_a_missing_file_or_function_and_a_file_left_out_are_caught():
     doc = ("| `test_sharding.py` | ... |\n`tests/test_sharding.py::test_no_such_test` and "
-           "`test_no_such_file.py::test_x`; `test_sharding.py::test_shards_are_disjoint_and_complete[1-4]`")
+           "`test_no_such_file.py::test_x`; "
+           "`test_sharding.py::test_shards_are_disjoint_and_complete[1-4]`")
     assert missing_names(doc, TESTS) == ["test_sharding.py::test_no_such_test",
                                          "test_no_such_file.py"]
     assert "test_testing_doc.py" in undocumented_files(doc, TESTS)
