@@ -84,6 +84,19 @@ def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, plain_sgd
         assert largest_difference(plain_sgd_references[control], one_rank) > 1e-3, control
 
 
+@pytest.mark.one_stack   # the optimizer's name is read by the config, the wrapper is the same
+def test_adam_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path):
+    adam = ["--set", "optim.name=adam", "--set", "optim.lr=0.01"]
+    two_ranks = plain_sgd_run(tmp_path / "two", "mpi", 2, 16, "--perturb-nonroot", *adam)
+    assert largest_difference(two_ranks, weights(tmp_path / "two" / "rank1.npz")) == 0
+    one_rank = plain_sgd_run(tmp_path / "one", "single", 1, 32, *adam)
+    close = largest_difference(two_ranks, one_rank)
+    # Control: one rank at half the batch (what each rank would do alone) ends elsewhere.
+    far = largest_difference(plain_sgd_run(tmp_path / "half", "single", 1, 16, *adam), one_rank)
+    print(f"adam, 2 x 16 vs 1 x 32: {close:.1e}; 1 x 16 vs 1 x 32: {far:.1e}")
+    assert close < 1e-4 and far > 100 * close, (close, far)
+
+
 # Rank r's lines as the launcher tags them (mpirun with --tag-output): [r]<stdout>: under
 # horovodrun, [1,r]<stdout>: under mpirun (1: the job's number).
 STDOUT_TAG = {"gloo": "[{rank}]<stdout>:", "mpi": "[1,{rank}]<stdout>:"}
