@@ -86,6 +86,7 @@ cli.main()
 """
 
 
+@pytest.mark.beside   # no bound on time: off the critical path
 def test_three_ranks_read_disjoint_shares_of_every_source(digit_tree, tmp_path):
     """Image folders, TFRecord shards (7 files: not a multiple of 3) and the digits arrays, each
     at 3 ranks through `hvdtrain train` (one epoch), every rank recording what it reads."""

@@ -84,6 +84,7 @@ def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, plain_sgd
         assert largest_difference(plain_sgd_references[control], one_rank) > 1e-3, control
 
 
+@pytest.mark.beside   # no bound on time: off the critical path
 @pytest.mark.one_stack   # the optimizer's name is read by the config, the wrapper is the same
 def test_adam_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path):
     adam = ["--set", "optim.name=adam", "--set", "optim.lr=0.01"]
@@ -228,6 +229,7 @@ def two_epochs(tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.beside   # no bound on time: off the critical path
 @pytest.mark.one_stack   # a control: run once, on the main stack
 @pytest.mark.parametrize("wrong", ["epoch-0", "no-optimizer-state"])
 def test_control_a_wrong_resume_is_caught(wrong, two_epochs, four_straight_epochs, tmp_path):
