@@ -1,22 +1,25 @@
 """Documented options run end to end through the CLI, each asserting its effect: a TOML file
-(`train --config`) choosing Adam, sqrt LR scaling and the cosine decay at 2 ranks, Adam at 2
-ranks against one rank at twice the batch, and `run.device=gpu` refused where there is none."""
+(`train --config`) choosing Adam, sqrt LR scaling and the cosine decay at 2 ranks, `eval --set`
+and `predict --batch-size` on that run, and `run.device=gpu` refused where there is none."""
 from __future__ import annotations
 
 import json
 import math
 import re
+import csv
 import subprocess
+
+import numpy as np
 
 import pytest
 
 from conftest import assert_ok, hvdtrain, launch, launcher_env
 
 BASE_LR = 0.001
-CONFIG = f"""
+CONFIG = """
 [optim]
 name = "adam"
-lr = {BASE_LR}
+lr = {lr}
 lr_scaling = "sqrt"
 warmup_epochs = 0
 decay = "cosine"
@@ -24,15 +27,25 @@ decay = "cosine"
 [train]
 epochs = 3
 
+[data]
+source = "npz"
+path = "{path}"
+
 [run]
 tensorboard = false
 """
 
 
+def npz(path, n: int, seed: int):
+    rng = np.random.RandomState(seed)
+    np.savez(path, x=rng.rand(n, 8, 8, 1).astype("float32"), y=rng.randint(0, 3, n))
+    return path
+
+
 @pytest.mark.multirank
 def test_a_config_file_sets_adam_sqrt_scaling_and_the_cosine_decay(tmp_path):
     config, run_dir = tmp_path / "config.toml", tmp_path / "run"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG.format(path=npz(tmp_path / "train.npz", 400, 0), lr=BASE_LR))
     job = launch("mpi", 2, hvdtrain("train", "--preset", "digits-mlp", "--config", str(config),
                                     "--run-dir", str(run_dir)))
     assert_ok(job, "train --config")
@@ -48,6 +61,19 @@ def test_a_config_file_sets_adam_sqrt_scaling_and_the_cosine_decay(tmp_path):
     # Sharp: linear scaling, or no decay, gives another trace.
     assert lrs != pytest.approx([e / math.sqrt(2) * 2 for e in expected], rel=1e-3)
     assert lrs != pytest.approx([peak] * 3, rel=1e-3)
+    # The same run evaluated at 2 ranks on another eval set (`eval --set`), and predicted at
+    # 2 ranks in batches of 7 (`predict --batch-size`): every one of its 50 samples, in order.
+    other = npz(tmp_path / "other.npz", 50, 1)
+    job = launch("mpi", 2, hvdtrain("eval", "--run-dir", str(run_dir),
+                                    "--set", f"data.eval_path={other}"))
+    assert_ok(job, "eval --set")
+    assert '"eval_samples": 50}' in job.output and '"eval_samples": 80}' not in job.output
+    table = tmp_path / "predicted.csv"
+    job = launch("mpi", 2, hvdtrain("predict", "--run-dir", str(run_dir), "--batch-size", "7",
+                                    str(other), "--out", str(table)))
+    assert_ok(job, "predict --batch-size")
+    with table.open() as f:
+        assert [row["input"] for row in csv.DictReader(f)] == [str(i) for i in range(50)]
 
 
 def test_run_device_gpu_is_refused_with_one_line_where_there_is_no_gpu(tmp_path):
