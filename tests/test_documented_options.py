@@ -1,6 +1,7 @@
 """Documented options run end to end through the CLI, each asserting its effect: a TOML file
 (`train --config`) choosing Adam, sqrt LR scaling and the cosine decay at 2 ranks, `eval --set`
-and `predict --batch-size` on that run, and `run.device=gpu` refused where there is none."""
+and `predict --batch-size` on that run, each bundled model for one step, and `run.device=gpu`
+refused where there is none."""
 from __future__ import annotations
 
 import json
@@ -83,3 +84,22 @@ def test_run_device_gpu_is_refused_with_one_line_where_there_is_no_gpu(tmp_path)
     line = "hvdtrain: error: run.device=gpu but TensorFlow sees no GPU here"
     assert done.returncode == 2 and done.stderr.count(line) == 1, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.multirank
+@pytest.mark.beside   # no bound on time: off the critical path
+@pytest.mark.parametrize("model", ["resnet_small", "mobilenetv2", "resnet50"])
+def test_each_bundled_model_trains_one_step_at_two_ranks(model, tmp_path):
+    # 80 synthetic 32x32 images: 64 to train, one step of 32 per rank; 16 held out.
+    run_dir = tmp_path / "run"
+    job = launch("mpi", 2, hvdtrain("train", "--preset", "synthetic-mlp", "--epochs", "1",
+                                    "--set", f"model.name={model}",
+                                    "--set", "data.image_shape=32,32,3",
+                                    "--set", "data.num_samples=80", "--set", "run.export=false",
+                                    "--set", "run.tensorboard=false", "--run-dir", str(run_dir)),
+                 timeout=300)
+    assert_ok(job, f"{model} at 2 ranks")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert re.search(r"\b1 steps? per epoch", job.output), job.output[-2000:]
+    assert summary["world_size"] == 2 and math.isfinite(summary["final_train_loss"]), summary
+    assert f"model {model}," in job.output
