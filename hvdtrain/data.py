@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import images, records, sharding, sklearn_data, tfdata
+from hvdtrain import images, placement, records, sharding, sklearn_data, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
 from hvdtrain.records import Records
@@ -231,8 +231,7 @@ def shard_ids(split: Split, rank: int, size: int, first_epoch: int, epochs: int,
 
 def _log_shard(split: Split, rank: int, size: int, *order: object) -> None:
     folder = os.environ.get(SHARD_LOG_ENV)
-    if folder:
-        from hvdtrain import placement
+    if folder:   # named by the launcher's rank: a control may build another rank's stream
         ids = shard_ids(split, rank, size, *order)
         Path(folder, f"rank{placement.launcher_rank()}.txt").write_text("\n".join(ids) + "\n")
 
