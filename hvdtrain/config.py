@@ -133,10 +133,10 @@ class TrainConfig:
                             "0: only at the end", default=1)
     loop: Loop = _help("fit (Keras fit) | custom (hvdtrain's own tf.function step with "
                       "Horovod's DistributedGradientTape; needed for horovod.op=adasum, "
-                      "backward_passes_per_step > 1, join_uneven and mixed_float16)",
+                      "backward_passes_per_step > 1 and join_uneven)",
                       default="fit")
     precision: Precision = _help("float32 | mixed_float16 (float16 compute, float32 weights, with "
-                           "loss scaling; custom loop only)", default="float32")
+                           "loss scaling)", default="float32")
 
     def __post_init__(self) -> None:
         _check_choices(self, "train")
@@ -224,8 +224,6 @@ CUSTOM_LOOP_ONLY = {
                           "supports only average and sum)"),
     "horovod.backward_passes_per_step>1": "hvdtrain accumulates gradients in its own loop",
     "horovod.join_uneven=true": "Keras fit cannot stop one rank early and wait in hvd.join",
-    "train.precision=mixed_float16": ("the loss scale must see gradients after the "
-                                      "all-reduce, so that every rank skips the same steps"),
 }
 
 
@@ -245,8 +243,7 @@ class Config:
             return
         asked = {"horovod.op=adasum": self.horovod.op == "adasum",
                  "horovod.backward_passes_per_step>1": self.horovod.backward_passes_per_step > 1,
-                 "horovod.join_uneven=true": self.horovod.join_uneven,
-                 "train.precision=mixed_float16": self.train.precision == "mixed_float16"}
+                 "horovod.join_uneven=true": self.horovod.join_uneven}
         for option, wanted in asked.items():
             if wanted:
                 raise UserError(f"{option} needs the custom loop: "

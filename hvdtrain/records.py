@@ -155,6 +155,16 @@ def _own_records(split: Records, rank: int, size: int) -> tuple[list[str] | None
     return None, tf.data.TFRecordDataset(list(split.files)).shard(size, rank)
 
 
+def own_positions(split: Records, rank: int, size: int) -> list[int]:
+    """The positions among all the split's records (file after file) that _own_records reads."""
+    own_files = sharding.shard_files(list(split.files), rank, size)
+    starts = np.cumsum((0, *split.counts))
+    if own_files is None:
+        return list(range(rank, len(split), size))
+    return [p for i, f in enumerate(split.files) if f in own_files
+            for p in range(starts[i], starts[i + 1])]
+
+
 def train_stream(split: Records, rank: int, size: int, batch_size: int, first_epoch: int,
                  epochs: int, seed: int, shuffle: bool, shuffle_buffer: int,
                  pad: bool) -> TrainStream:

@@ -47,8 +47,22 @@ def pytest_addoption(parser) -> None:
              "from test to test (make test's lane on the other stack: the main lane runs both)")
 
 
+def keras_major() -> int:
+    """The installed Keras's major version, read from its metadata (no TensorFlow import)."""
+    import importlib.metadata
+    return int(importlib.metadata.version("keras").split(".")[0])
+
+
+def deselect(config, items, dropped) -> None:
+    """Removes ``dropped`` (node ids) from ``items``, reported as deselected, not skipped."""
+    if dropped:
+        config.hook.pytest_deselected(items=[i for i in items if i.nodeid in dropped])
+        items[:] = [item for item in items if item.nodeid not in dropped]
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    deselect_keras3_only_on_keras2(config, items)
+    if keras_major() < 3:   # what applies to one stack is deselected on the other
+        deselect(config, items, {i.nodeid for i in items if "keras3_only" in i.keywords})
     if not config.getoption("--launcher-turns"):
         return
     alike: dict[tuple, list] = {}   # the same test and parameters but for the launcher
@@ -65,20 +79,8 @@ def pytest_collection_modifyitems(config, items) -> None:
             chosen = next(turns)
             left_out |= {item.nodeid for item in group
                          if item.callspec.params["launcher"] != chosen}
-    if left_out:
-        config.hook.pytest_deselected(items=[i for i in items if i.nodeid in left_out])
-        items[:] = [item for item in items if item.nodeid not in left_out]
+    deselect(config, items, left_out)
 
-
-def deselect_keras3_only_on_keras2(config, items) -> None:
-    """Cases of hvdtrain's own Keras 3 binding do not exist where Keras 2 is installed."""
-    import importlib.metadata
-    if not importlib.metadata.version("keras").startswith("2."):
-        return
-    keras2 = [item for item in items if item.get_closest_marker("keras3_only")]
-    if keras2:
-        config.hook.pytest_deselected(items=keras2)
-        items[:] = [item for item in items if item not in keras2]
 
 
 launcher_env = launching.launch_env

@@ -198,3 +198,23 @@ def test_an_unreadable_sidecar_is_named(tree, tmp_path):
     sidecar.write_text(sidecar.read_text()[:-20])             # cut short
     with pytest.raises(UserError, match=f"{sidecar} is not a readable hvdtrain sidecar"):
         data.load(DataConfig(source="tfrecord", path=str(tmp_path / "s")), seed=0)
+
+
+def test_the_cli_split_follows_eval_fraction_and_seed(tree, tmp_path):
+    """``hvdtrain data convert --eval-fraction --seed`` as a user runs it: the asked share of
+    every class held out; the same seed the same split, another seed another."""
+    def split(name: str, seed: int) -> tuple[list, list]:
+        done = convert_digits(tree, tmp_path / name, "--eval-fraction", "0.25", "--seed",
+                              str(seed), "--shards", "2", timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        shards = data.load(DataConfig(source="tfrecord", path=str(tmp_path / name)), seed=0)
+        return _pairs(shards.train), _pairs(shards.eval)
+
+    train, held_out = split("first", 3)
+    count = lambda pairs, label: [y for y, _ in pairs].count(label)
+    for label in range(10):   # a quarter of the class's images, rounded, at least one
+        members = count(train, label) + count(held_out, label)
+        assert count(held_out, label) == max(1, round(members * 0.25)), (label, members)
+    assert len(train) + len(held_out) == N and not set(train) & set(held_out)
+    assert split("again", 3) == (train, held_out)
+    assert split("other", 4)[1] != held_out

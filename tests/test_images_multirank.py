@@ -4,9 +4,11 @@ weights of an uninterrupted one, and every bad input stops every rank with one l
 nothing written."""
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,8 @@ import pytest
 
 from conftest import (assert_ok, assert_stopped_with_one_line, convert_digits, exported_model,
                       hvdtrain, launch, launcher_turns)
+from hvdtrain import data
+from hvdtrain.config import DataConfig
 from hvdtrain.digit_files import SORTED, write_digit_tree, write_digits
 
 pytestmark = pytest.mark.multirank
@@ -37,8 +41,10 @@ def test_image_folders_train_to_the_digits_bar(digit_tree, tmp_path):
     # stop under each launcher does not depend on the data source (test_multirank, both).
     run_dir = tmp_path / "run"
     job = launch("gloo", 2, hvdtrain("train", "--preset", "digits", "--epochs", "5",
-                                     *images_args(*digit_tree), "--run-dir", str(run_dir)))
+                                     *images_args(*digit_tree), "--run-dir", str(run_dir)),
+                 env=shard_log(tmp_path / "read"))
     assert_ok(job, "hvdtrain train on images")
+    assert_sharded(tmp_path / "read", 2, whole_split("images", digit_tree))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["eval_samples"] == 360
     assert summary["final_eval_accuracy"] >= BAR, summary
@@ -46,6 +52,67 @@ def test_image_folders_train_to_the_digits_bar(digit_tree, tmp_path):
     # The class names are saved beside the run and inside the exported model.
     for where in (run_dir, run_dir / "model"):
         assert json.loads((where / "classes.json").read_text())["class_names"] == SORTED
+
+
+def shard_log(folder: Path) -> dict[str, str]:
+    """The environment that has every rank write the ids its first epoch reads into folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {data.SHARD_LOG_ENV: str(folder)}
+
+
+def whole_split(source: str, digit_tree: tuple[Path, Path], path: Path | None = None) -> set:
+    """The ids of every training sample of ``source`` (the tree's folders, or ``path``)."""
+    where = {"images": {"path": str(digit_tree[0]), "eval_path": str(digit_tree[1]),
+                        "image_shape": (8, 8, 1)},
+             "tfrecord": {"path": str(path)}, "digits": {}}[source]
+    train = data.load(DataConfig(source=source, **where), seed=42).train
+    return set(train.paths) if source == "images" else {str(i) for i in range(len(train))}
+
+
+def assert_sharded(folder: Path, ranks: int, whole: set) -> None:
+    """The ranks read pairwise disjoint shares of the training split, together all of it."""
+    read = [set((folder / f"rank{r}.txt").read_text().splitlines()) for r in range(ranks)]
+    for a, b in itertools.combinations(range(ranks), 2):
+        assert not read[a] & read[b], f"ranks {a} and {b} share samples"
+    assert set().union(*read) == whole, "the ranks together miss samples or read others"
+
+
+# A control: every rank builds the train stream of a world of one (rank 0 of 1): no sharding.
+NOT_SHARDED = """
+from hvdtrain import cli, data
+build = data.train_dataset
+data.train_dataset = lambda split, **k: build(split, **{**k, "rank": 0, "size": 1})
+cli.main()
+"""
+
+
+@pytest.mark.beside   # no bound on time: off the critical path
+def test_three_ranks_read_disjoint_shares_of_every_source(digit_tree, tmp_path):
+    """Image folders, TFRecord shards (7 files: not a multiple of 3) and the digits arrays, each
+    at 3 ranks through `hvdtrain train` (one epoch), every rank recording what it reads."""
+    shards = convert(digit_tree[0], tmp_path / "shards", "--eval-path", str(digit_tree[1]),
+                     "--shards", "7")
+    sources = {"images": images_args(*digit_tree),
+               "tfrecord": ["--data", "tfrecord", "--set", f"data.path={shards}",
+                            "--set", "run.tensorboard=false"],
+               "digits": ["--data", "digits", "--set", "run.tensorboard=false"]}
+    for source, args in sources.items():
+        read = tmp_path / source
+        job = launch("mpi", 3, hvdtrain("train", "--preset", "digits-mlp", "--epochs", "1",
+                                        *args, "--run-dir", str(tmp_path / f"run-{source}")),
+                     env=shard_log(read))
+        assert_ok(job, f"hvdtrain train on {source} at 3 ranks")
+        assert_sharded(read, 3, whole_split(source, digit_tree, shards))
+    # Control: the same digits launch with a pipeline that does not shard.
+    wrapper = tmp_path / "not_sharded.py"
+    wrapper.write_text(NOT_SHARDED)
+    job = launch("mpi", 3, [sys.executable, str(wrapper), "train", "--preset", "digits-mlp",
+                            "--epochs", "1", *sources["digits"],
+                            "--run-dir", str(tmp_path / "run-control")],
+                 env=shard_log(tmp_path / "control"))
+    assert_ok(job, "the control: not sharded")
+    with pytest.raises(AssertionError, match="share samples"):
+        assert_sharded(tmp_path / "control", 3, whole_split("digits", digit_tree))
 
 
 def convert(src: Path, dst: Path, *args: str) -> Path:
@@ -59,8 +126,10 @@ def test_converted_shards_train_to_the_same_bar(digit_tree, tmp_path):
     run_dir = tmp_path / "run"
     job = launch("mpi", 2, hvdtrain("train", "--preset", "digits", "--epochs", "5", "--data",
                                     "tfrecord", "--set", f"data.path={shards}",
-                                    "--set", "run.tensorboard=false", "--run-dir", str(run_dir)))
+                                    "--set", "run.tensorboard=false", "--run-dir", str(run_dir)),
+                 env=shard_log(tmp_path / "read"))
     assert_ok(job, "hvdtrain train on converted shards")
+    assert_sharded(tmp_path / "read", 2, whole_split("tfrecord", digit_tree, shards))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["eval_samples"] == 360 and summary["final_eval_accuracy"] >= BAR, summary
     assert "tfrecord 1437 train (4 files) + 360 eval" in summary["data"]

@@ -39,20 +39,23 @@ def readme_example() -> str:
     return block.group(1)
 
 
-def run_example(launcher: str, tmp_path: Path, *extra: str) -> list[list[np.ndarray]]:
+def run_example(launcher: str, tmp_path: Path, *extra: str, example: str | None = None,
+                ranks: int = 2) -> list[list[np.ndarray]]:
+    """What every rank ends with, running ``example`` (the README's by default)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     script, harness = tmp_path / "train.py", tmp_path / "harness.py"
-    script.write_text(readme_example())
+    script.write_text(example or readme_example())
     harness.write_text(HARNESS)
     out = tmp_path / ("out" + "".join(extra))
     out.mkdir()
-    job = launch(launcher, 2, [sys.executable, str(harness), str(script), str(out), *extra],
+    job = launch(launcher, ranks, [sys.executable, str(harness), str(script), str(out), *extra],
                  timeout=240)
     assert_ok(job, f"the README's example under {launcher}")
-    ranks = []
-    for rank in (0, 1):
+    ends = []
+    for rank in range(ranks):
         with np.load(out / f"rank{rank}.npz") as f:
-            ranks.append([f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))])
-    return ranks
+            ends.append([f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))])
+    return ends
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +76,9 @@ def test_the_readme_example_trains_identical_ranks(launcher, without_allreduce, 
     assert max(np.abs(a - b).max() for a, b in zip(plain0, plain1)) > 1e-3
 
 
+# Keras 2 never turns XLA on by itself; the refusal is the Keras 3 binding's.
+@pytest.mark.keras3_only
 def test_xla_is_refused_with_one_clear_line(tmp_path):
-    from hvdtrain import dist
-    if dist.keras_version().startswith("2."):
-        pytest.skip("Keras 2 never turns XLA on by itself; the refusal is the Keras 3 binding's")
     # Keras 3 compiles with XLA by itself when it sees a GPU; here it is asked for directly.
     script = tmp_path / "xla.py"
     example = readme_example()
@@ -85,3 +87,33 @@ def test_xla_is_refused_with_one_clear_line(tmp_path):
     job = launch("single", 1, [sys.executable, str(script)], timeout=120)
     assert job.returncode != 0
     assert "Horovod's all-reduce has no XLA lowering: compile with jit_compile=False" in job.output
+
+
+def same_batches(batch: int, lr: float) -> str:
+    """The README's example made to start 2 ranks x 32 and 1 rank x 64 from the same weights and
+    feed them the same samples per step: a seed, no shuffle, one epoch (the repeat wraps
+    differently after it), a fixed learning rate."""
+    example = readme_example()
+    seeded = "tf.keras.utils.set_random_seed(0)\nworld = dist.init()"
+    for old, new in [("world = dist.init()", seeded),
+                     (".shuffle(1000, seed=world.rank)", ""),
+                     ("batch, steps = 32, len(x) // (32 * world.size)",
+                      f"batch, steps = {batch}, len(x) // 64"),
+                     ("SGD(0.05 * world.size)", f"SGD({lr})"), ("epochs=10", "epochs=1")]:
+        assert old in example, f"the README's example no longer has {old!r}: update this test"
+        example = example.replace(old, new)
+    return example
+
+
+def test_the_readme_example_averages_the_gradients(tmp_path):
+    """2 ranks x batch 32 end where 1 rank x batch 64 ends (plain SGD, the same samples per
+    step). Control: had the ranks' gradients been summed, not averaged, the update would be one
+    rank's at twice the learning rate, which ends far away."""
+    two = run_example("mpi", tmp_path / "two", example=same_batches(32, 0.1))
+    one, summed = (run_example("single", tmp_path / name, example=same_batches(64, lr),
+                               ranks=1)[0] for name, lr in (("one", 0.1), ("summed", 0.2)))
+    gap = lambda a, b: max(np.abs(x - y).max() for x, y in zip(a, b))
+    alike, close, far = gap(two[0], two[1]), gap(two[0], one), gap(summed, one)
+    print(f"2 x 32 vs 1 x 64: {close:.1e}; summed vs 1 x 64: {far:.1e}")
+    assert alike == 0 and close < 1e-5, (alike, close)
+    assert far > 1e-2, far

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +84,20 @@ def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, plain_sgd
         assert largest_difference(plain_sgd_references[control], one_rank) > 1e-3, control
 
 
+@pytest.mark.beside   # no bound on time: off the critical path
+@pytest.mark.one_stack   # the optimizer's name is read by the config, the wrapper is the same
+def test_adam_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path):
+    adam = ["--set", "optim.name=adam", "--set", "optim.lr=0.01"]
+    two_ranks = plain_sgd_run(tmp_path / "two", "mpi", 2, 16, "--perturb-nonroot", *adam)
+    assert largest_difference(two_ranks, weights(tmp_path / "two" / "rank1.npz")) == 0
+    one_rank = plain_sgd_run(tmp_path / "one", "single", 1, 32, *adam)
+    close = largest_difference(two_ranks, one_rank)
+    # Control: one rank at half the batch (what each rank would do alone) ends elsewhere.
+    far = largest_difference(plain_sgd_run(tmp_path / "half", "single", 1, 16, *adam), one_rank)
+    print(f"adam, 2 x 16 vs 1 x 32: {close:.1e}; 1 x 16 vs 1 x 32: {far:.1e}")
+    assert close < 1e-4 and far > 100 * close, (close, far)
+
+
 # Rank r's lines as the launcher tags them (mpirun with --tag-output): [r]<stdout>: under
 # horovodrun, [1,r]<stdout>: under mpirun (1: the job's number).
 STDOUT_TAG = {"gloo": "[{rank}]<stdout>:", "mpi": "[1,{rank}]<stdout>:"}
@@ -159,18 +175,72 @@ def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(launcher, four_st
                                            "--run-dir", str(resumed))), "2 epochs")
     job = launch(launcher, 2, hvdtrain("train", *RESUME_ARGS, "--epochs", "4", "--resume",
                                        "--run-dir", str(resumed)))
-    assert_ok(job, "resume to 4")
-    assert "resuming" in job.output and "after epoch 2" in job.output
-    assert re.findall(r"epoch (\d)/4 +loss", job.output) == ["3", "4"]
-    a = exported_model(four_straight_epochs).get_weights()
-    b = exported_model(resumed).get_weights()
-    for x, y in zip(a, b):
-        np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
-    epochs = [json.loads(l)["epoch"] for l in (resumed / "metrics.jsonl").read_text().splitlines()]
-    assert epochs == [1, 2, 3, 4]
+    assert_same_as_straight(job, resumed, four_straight_epochs)
     # The run's first config stays as it was; the resume's own is recorded beside it.
     assert json.loads((resumed / "config.json").read_text())["train"]["epochs"] == 2
     assert json.loads((resumed / "config.resume-0002.json").read_text())["train"]["epochs"] == 4
+
+
+def assert_same_as_straight(job, resumed: Path, straight: Path) -> None:
+    """A resume to 4 epochs ended as the 4 straight ones: same weights, epochs 3 and 4 run."""
+    assert_ok(job, "resume to 4")
+    a = exported_model(straight).get_weights()
+    b = exported_model(resumed).get_weights()
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-6, err_msg="weights")
+    assert "resuming" in job.output and "after epoch 2" in job.output
+    assert re.findall(r"epoch (\d)/4 +loss", job.output) == ["3", "4"]
+    epochs = [json.loads(l)["epoch"] for l in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3, 4]
+
+
+# Wrong resumes, made in the ranks by a wrapper around hvdtrain's CLI: one that restores the
+# checkpoint but starts over at epoch 0 and says nothing, and one that restores the weights but
+# leaves the optimizer's state fresh (the momentum and the step count at zero; its learning
+# rate is set by the schedule anyway).
+WRONG_RESUME = """
+import sys
+import tensorflow as tf
+from hvdtrain import checkpoints, cli, rundir
+restore, opened = checkpoints.restore, rundir.open_run_dir
+
+
+def restore_without_the_optimizer_state(checkpoint, path):
+    restore(checkpoint, path)
+    for v in checkpoint.optimizer.variables:
+        if "learning_rate" not in v.name:
+            v.assign(tf.zeros_like(v))
+
+
+if sys.argv[1] == "epoch-0":
+    rundir.open_run_dir = lambda *a, **k: (0, opened(*a, **k)[1])
+else:
+    checkpoints.restore = restore_without_the_optimizer_state
+sys.argv[1:2] = []
+cli.main()
+"""
+
+
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("two") / "run"
+    assert_ok(launch("mpi", 2, hvdtrain("train", *RESUME_ARGS, "--epochs", "2",
+                                        "--run-dir", str(run))), "2 epochs")
+    return run
+
+
+@pytest.mark.beside   # no bound on time: off the critical path
+@pytest.mark.one_stack   # a control: run once, on the main stack
+@pytest.mark.parametrize("wrong", ["epoch-0", "no-optimizer-state"])
+def test_control_a_wrong_resume_is_caught(wrong, two_epochs, four_straight_epochs, tmp_path):
+    resumed = tmp_path / "resumed"
+    shutil.copytree(two_epochs, resumed)
+    wrapper = tmp_path / "wrong_resume.py"
+    wrapper.write_text(WRONG_RESUME)
+    job = launch("mpi", 2, [sys.executable, str(wrapper), wrong, "train", *RESUME_ARGS,
+                            "--epochs", "4", "--resume", "--run-dir", str(resumed)])
+    with pytest.raises(AssertionError, match="weights"):   # it ends elsewhere, and says so
+        assert_same_as_straight(job, resumed, four_straight_epochs)
 
 
 # ---------------------------------------------------------------------------------------------

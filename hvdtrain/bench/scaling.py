@@ -88,10 +88,23 @@ def synthetic_sizes(ranks: int, batch_size: int, steps_per_epoch: int) -> tuple[
     return train + held_out, held_out / (train + held_out)
 
 
+# A check of the benchmark itself (its tests set it): "RANK:SECONDS" makes that rank sleep
+# before each of its steps, as a slow rank would; the total rate and efficiency must fall.
+SLOW_RANK_ENV = "HVDTRAIN_BENCH_SLOW_RANK"
+
+
+def slow_rank_delay(value: str, rank: int) -> float:
+    """Seconds this ``rank`` sleeps before each step under SLOW_RANK_ENV=``value`` (0: none)."""
+    if not value:
+        return 0.0
+    slow, _, seconds = value.partition(":")
+    return float(seconds) if int(slow) == rank else 0.0
+
+
 # ---------------------------------------------------------------------------------------------
 # Rank side
 
-def step_timer():
+def step_timer(delay_s: float = 0.0):
     import tensorflow as tf
 
     class StepTimer(tf.keras.callbacks.Callback):
@@ -104,6 +117,10 @@ def step_timer():
 
         def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
             self.epochs.append([])
+
+        def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+            if delay_s:
+                time.sleep(delay_s)
 
         def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
             self.epochs[-1].append(time.perf_counter())
@@ -120,7 +137,7 @@ def rank_main(options: dict[str, Any]) -> None:
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])
     world = dist.init(device="cpu", intra_op_threads=cfg.run.intra_op_threads,
                       inter_op_threads=cfg.run.inter_op_threads)
-    timer = step_timer()
+    timer = step_timer(slow_rank_delay(os.environ.get(SLOW_RANK_ENV, ""), world.rank))
     summary = trainer.Trainer(cfg, world, extra_callbacks=[timer]).train()
 
     warmup = options["warmup_epochs"]
