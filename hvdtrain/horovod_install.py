@@ -208,11 +208,13 @@ def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
     installed = distribution_version("horovod")
     problem = (f"horovod {installed} is installed, hvdtrain needs {HOROVOD_VERSION}"
                if installed and installed != HOROVOD_VERSION else
-               "rebuild asked for" if rebuild else ops_load_problem())
+               "rebuild asked for" if rebuild else
+               ops_load_problem() or _missing_parts_problem(build_check()))
     if not problem:
         applied = not dry_run and patch_launcher()
-        say(f"horovod {installed} is built for TensorFlow {tensorflow} and its ops load: "
-            f"nothing to build{' (horovodrun patched: ' + LAUNCHER_PATCH + ')' if applied else ''}")
+        say(f"horovod {installed} is built for TensorFlow {tensorflow} with MPI and Gloo and "
+            f"its ops load: nothing to build"
+            f"{' (horovodrun patched: ' + LAUNCHER_PATCH + ')' if applied else ''}")
         return 0
     say(f"horovod needs a build: {problem}")
     if dry_run:
