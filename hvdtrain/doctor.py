@@ -183,7 +183,8 @@ def checks() -> list[Check]:
     found = [check_python(), check_tensorflow()]
     if found[-1].ok:
         found += probe_checks()
-    if horovod_install.distribution_version("horovod"):
+    if any(check.name == "horovod" and check.ok for check in found):
+        # after a failed load it would only echo that failure (nothing looks built)
         found.append(check_controllers(horovod_install.build_check()))
     found.append(check_open_mpi())
     if all(check.ok for check in found):
