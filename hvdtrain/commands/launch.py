@@ -23,18 +23,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           f"submitted or passed on by you, so their path is printed.")
     parser.add_argument("script", choices=list(SCRIPTS), metavar="NAME",
                         help=", ".join(SCRIPTS))
-    parser.add_argument("--path", action="store_true", help="print the script's path only")
     parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
-                        help="the script's arguments, e.g. 'local 2 --preset digits'")
+                        help="the script's arguments, e.g. 'local 2 --preset digits'; "
+                             "'NAME --path' prints the script's path")
 
 
 def run(args: argparse.Namespace) -> int:
     file, runs = SCRIPTS[args.script]
     path = shipped.folder("run_scripts") / file
-    if args.path or not runs:
+    path_only = args.args == ["--path"]  # after NAME, so the script's own flags pass through
+    if path_only or not runs:
         usage = {"slurm": f"sbatch --nodes=N --ntasks-per-node=1 {path} [hvdtrain train args]",
                  "discover-hosts": f'hvdtrain launch elastic ... -d "{path} hosts.txt" -- ...'}
-        print(path if args.path else f"{path}\nuse: {usage[args.script]}", flush=True)
+        print(path if path_only else f"{path}\nuse: {usage[args.script]}", flush=True)
         return 0
     # The scripts' own messages name the command the user typed.
     os.environ["PROG"] = f"hvdtrain launch {args.script}"
