@@ -49,7 +49,8 @@ def smoke_rank() -> None:
     import numpy as np
 
     from hvdtrain import dist
-    world = dist.init(device="cpu")
+    world = dist.init(device="cpu")  # Horovod: joins the 2-rank job the launcher started
+    # Horovod: a real collective over the launcher's controller; every rank must get the sum.
     total = dist.allreduce_sum(np.array([world.rank + 1.0]))
     print("hvdtrain-smoke " + json.dumps({"rank": world.rank, "size": world.size,
                                           "controller": world.controller,
