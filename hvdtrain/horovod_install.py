@@ -19,7 +19,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from hvdtrain import shipped
 from hvdtrain.errors import UserError
