@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launching.py), not here.
 
-.PHONY: install demo test test-core test-fast unit bench bench-quick clean
+.PHONY: install demo test test-core test-fast unit bench bench-quick compat clean
 
 install:
 	@$(call SETUP,$(STACK),$(VENV))
@@ -59,6 +59,12 @@ bench: install
 # A smoke test of every benchmark (a few minutes), into benchmarks/quick.
 bench-quick: install
 	$(VENV)/bin/hvdtrain bench all --quick --out benchmarks/quick
+
+# The TensorFlow range measured (hours: Horovod built once per version): every minor version
+# from 2.15 to 2.21 in a fresh venv from the wheel, then the correctness core; a table into
+# benchmarks/results/compat-DATE.md. COMPAT_VERSIONS="2.19.1 2.21.0" picks versions.
+compat:
+	scripts/compat.sh /tmp/hvdtrain-compat $(COMPAT_VERSIONS)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -18,7 +18,10 @@ from typing import Any, NoReturn, Sequence
 
 from hvdtrain import config as config_lib
 from hvdtrain import launching, overrides, placement, presets
+from hvdtrain.commands import doctor, launch, setup
 from hvdtrain.errors import UserError
+
+COMMANDS = {command.NAME: command for command in (doctor, setup, launch)}
 
 # Flags that are shortcuts for config keys: flag dest -> (section, key).
 SHORTCUTS = {"run_dir": ("run", "run_dir"), "epochs": ("train", "epochs"),
@@ -85,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     # (Listed here for 'hvdtrain --help'; run() hands 'bench ...' to it before parsing.)
     sub.add_parser("bench", help="scaling benchmarks: figures as JSON, Markdown tables and PNG "
                                  "plots ('hvdtrain bench --help')")
+    for command in COMMANDS.values():
+        command.add_arguments(sub.add_parser(command.NAME, help=command.HELP))
     return parser
 
 
@@ -204,6 +209,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "data":
             return _data_convert(args)
+        if args.command in COMMANDS:
+            return COMMANDS[args.command].run(args)
         try:  # argv (and the files it names) are the same on every rank, so is this error
             cfg = _train_config(args) if args.command == "train" else _saved_config(args)
             launching.load_tensorflow()

@@ -11,15 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STACK=${HVDTRAIN_STACK:-keras3}
 case "$STACK" in
-    keras3) TF_VERSION=2.20.0 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv
-            HOROVOD_PATCH=scripts/patches/horovod-0.28.1-xla-headers-gpu-only.patch ;;
-    keras2) TF_VERSION=2.15.1 KERAS_PIN="" DEFAULT_VENV=.venv-keras2 HOROVOD_PATCH="" ;;
+    keras3) TF_VERSION=2.20.0 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv ;;
+    keras2) TF_VERSION=2.15.1 KERAS_PIN="" DEFAULT_VENV=.venv-keras2 ;;
     *) printf '[setup] error: unknown stack %s: choose keras3 or keras2\n' "$STACK" >&2; exit 2 ;;
 esac
 VENV=${HVDTRAIN_VENV:-$DEFAULT_VENV}
 PY="$VENV/bin/python"
 TF_PIN="tensorflow-cpu==$TF_VERSION"
-HOROVOD_PIN="horovod==0.28.1"
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
@@ -123,33 +121,11 @@ if ! has_version tensorflow-cpu "$TF_VERSION" || { [ -n "$KERAS_PIN" ] && ! has_
         pytest "pytest-timeout>=2,<3" matplotlib wheel "setuptools>=64"
 fi
 
-# 4. Horovod, built from source against that TensorFlow, with both MPI and Gloo controllers.
-# On TensorFlow 2.19 and later its source needs one patch of ours first (the patch says why).
-if ! has_version horovod 0.28.1; then
-    say "building $HOROVOD_PIN with TensorFlow, MPI and Gloo (takes a few minutes)${HOROVOD_PATCH:+, patched: $HOROVOD_PATCH}"
-    source=("$HOROVOD_PIN")
-    if [ -n "$HOROVOD_PATCH" ]; then
-        unpacked=$(mktemp -d)
-        trap 'rm -rf "$unpacked"' EXIT
-        "${PIP[@]}" download --no-deps --no-binary :all: "$HOROVOD_PIN" -d "$unpacked"
-        tar -xzf "$unpacked"/horovod-*.tar.gz -C "$unpacked"
-        patch -s -p1 -d "$unpacked"/horovod-*/ <"$HOROVOD_PATCH" || die "cannot apply $HOROVOD_PATCH"
-        source=("$(echo "$unpacked"/horovod-*/)")
-    fi
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
-    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-    MAKEFLAGS="-j$(nproc)" \
-        "${PIP[@]}" install --no-build-isolation --no-cache-dir "${source[@]}"
-fi
-
-# 4b. horovodrun's "built with Gloo/MPI" check without importing TensorFlow, on both stacks:
-# seconds off every horovodrun launch (the patch says why). The same answer: step 6 checks it.
-LAUNCHER_PATCH=scripts/patches/horovod-0.28.1-fast-build-check.patch
-site=$("$PY" -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("horovod").submodule_search_locations[0]))')
-if ! grep -q "_library_only" "$site/horovod/common/util.py"; then
-    say "patching horovodrun's build check: $LAUNCHER_PATCH"
-    patch -s -p1 -d "$site" <"$LAUNCHER_PATCH" || die "cannot apply $LAUNCHER_PATCH"
-fi
+# 4. Horovod, built from source against that TensorFlow with both MPI and Gloo controllers,
+# patched where that TensorFlow needs it, horovodrun's build check made fast; nothing is rebuilt
+# when it works. The same step as a user's `hvdtrain setup horovod` (hvdtrain/horovod_install.py),
+# run from the checkout.
+"$PY" -m hvdtrain.cli setup horovod || die "the Horovod build failed (its output is above)"
 
 # 5. hvdtrain itself, editable, so the checkout is what runs.
 if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain' 2>/dev/null; then
@@ -157,13 +133,5 @@ if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain' 2>/dev/null; then
     "${PIP[@]}" install --no-deps --no-build-isolation -e .
 fi
 
-# 6. The build must really carry all three pieces, or multi-rank runs fail later in obscure ways.
-build=$("$VENV/bin/horovodrun" --check-build 2>&1) || die "horovodrun --check-build failed: $build"
-for part in TensorFlow MPI Gloo; do
-    grep -q "\[X\] $part" <<<"$build" || die "Horovod was built without $part. Reinstall it:
-    rm -rf $VENV && make install
-Build report:
-$build"
-done
 # keras from its package metadata: Keras 2's tf.keras has no __version__.
 say "ready ($VENV): $("$PY" -c 'import importlib.metadata as m, tensorflow as tf, horovod; print("tensorflow %s, keras %s, horovod %s" % (tf.__version__, m.version("keras"), horovod.__version__))' 2>/dev/null), $(mpirun --version 2>&1 | head -1)"

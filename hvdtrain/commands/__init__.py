@@ -1,0 +1,1 @@
+"""hvdtrain's subcommands, one module each: NAME, HELP, add_arguments(parser), run(args)."""

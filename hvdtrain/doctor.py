@@ -1,0 +1,212 @@
+"""``hvdtrain doctor``: whether this environment can run a 2-rank job, checked, not listed.
+
+One line per check; a failed check names the problem and the command that fixes it. The
+TensorFlow and Horovod checks run in a subprocess (a Horovod built for another TensorFlow can
+crash the interpreter that imports it), and the all-reduce smoke test launches 2 real ranks
+under each launcher and checks their result. Nothing here imports Horovod or TensorFlow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from hvdtrain import horovod_install, launching, placement, shipped
+
+SMOKE_RANKS = 2
+SMOKE_TIMEOUT_S = 180
+OPEN_MPI_FIX = "apt-get install openmpi-bin libopenmpi-dev (or load your cluster's MPI module)"
+# The probe: facts about TensorFlow first (one JSON line), then Horovod's TensorFlow ops load
+# (hvdtrain.dist imports horovod.tensorflow), so a failure of the second keeps the first.
+PROBE = (
+    "import json, importlib.metadata as m\n"
+    "from hvdtrain import launching; launching.load_tensorflow()\n"
+    "import tensorflow as tf\n"
+    "print(json.dumps({'tensorflow': tf.__version__, 'keras': m.version('keras'),\n"
+    "                  'gpus': len(tf.config.list_physical_devices('GPU'))}), flush=True)\n"
+    f"{horovod_install.PROBE}\n")
+SMOKE_RANK = "from hvdtrain import doctor; doctor.smoke_rank()"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str   # what was found; on a failure, the problem and the command that fixes it
+
+
+def smoke_rank() -> None:
+    """One rank of the smoke test: all-reduces rank + 1 and prints what it got."""
+    launching.load_tensorflow()
+    import numpy as np
+
+    from hvdtrain import dist
+    world = dist.init(device="cpu")  # Horovod: joins the 2-rank job the launcher started
+    # Horovod: a real collective over the launcher's controller; every rank must get the sum.
+    total = dist.allreduce_sum(np.array([world.rank + 1.0]))
+    print("hvdtrain-smoke " + json.dumps({"rank": world.rank, "size": world.size,
+                                          "controller": world.controller,
+                                          "sum": float(total[0])}), flush=True)
+
+
+def smoke_problem(output: str, launcher: str, size: int = SMOKE_RANKS) -> str | None:
+    """Whether every rank of the job reported the right sum (1 + ... + size) over ``launcher``."""
+    reports = [json.loads(line.split("hvdtrain-smoke ", 1)[1]) for line in output.splitlines()
+               if "hvdtrain-smoke {" in line]
+    expected = size * (size + 1) / 2
+    ranks = sorted(r["rank"] for r in reports)
+    if ranks != list(range(size)):
+        return f"ranks {ranks} reported, expected 0 to {size - 1}"
+    wrong = [r for r in reports if r["sum"] != expected or r["size"] != size
+             or r["controller"] != launcher]
+    if wrong:
+        return f"wrong all-reduce results {wrong}, expected sum {expected:g} over {launcher}"
+    return None
+
+
+def _run(command: Sequence[str], timeout: float, env: dict[str, str] | None = None
+         ) -> tuple[int | None, str]:
+    """(status, stdout and stderr) of ``command`` in a session of its own, killed whole at
+    ``timeout`` (status None)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return None, proc.communicate()[0]
+
+
+def check_python() -> Check:
+    ok = sys.version_info[:2] == (3, 11)
+    return Check("python", ok, f"{platform.python_version()} ({sys.executable})" if ok else
+                 f"{platform.python_version()}: hvdtrain needs Python 3.11; make a 3.11 venv")
+
+
+def check_tensorflow() -> Check:
+    version = horovod_install.tensorflow_version()
+    problem = horovod_install.tensorflow_problem(version)
+    return Check("tensorflow", not problem, problem or f"{version}")
+
+
+def probe_checks() -> list[Check]:
+    """Keras and its binding, the GPUs (and local rank 0's pin), and Horovod's ops loading."""
+    status, output = _run([sys.executable, "-c", PROBE], horovod_install.PROBE_TIMEOUT_S)
+    facts_line = next((line for line in output.splitlines() if line.startswith("{")), None)
+    if facts_line is None:
+        last = ([line for line in output.splitlines() if line.strip()] or ["no output"])[-1]
+        return [Check("tensorflow", False, f"import tensorflow failed: {last[:200]}: "
+                                           f"pip install --force-reinstall '{horovod_install.TENSORFLOW_PIN}'")]
+    facts = json.loads(facts_line)
+    checks = [check_keras(facts["keras"]), check_gpus(facts["gpus"])]
+    installed = horovod_install.distribution_version("horovod")
+    if status == 0:
+        checks.append(Check("horovod", True, f"{installed}, its TensorFlow ops load"))
+    else:
+        problem = (horovod_install.describe_load_failure(status, output) if status is not None
+                   else f"import horovod.tensorflow hung: {horovod_install.REBUILD}")
+        checks.append(Check("horovod", False, problem))
+    return checks
+
+
+def check_keras(version: str) -> Check:
+    bindings = {"2": "Horovod's own Keras layer (hvdtrain/dist/keras2.py)",
+                "3": "hvdtrain's binding on Horovod's collectives (hvdtrain/dist/keras3.py)"}
+    binding = bindings.get(version.split(".")[0])
+    return Check("keras", binding is not None,
+                 f"{version}: {binding}" if binding else
+                 f"{version}: hvdtrain binds Keras 2 and 3 only: pip install "
+                 f"'{horovod_install.TENSORFLOW_PIN}'")
+
+
+def check_gpus(visible: int) -> Check:
+    index, problem = placement.choose_gpu(visible, 0, SMOKE_RANKS, "auto")
+    if not visible:
+        return Check("gpus", True, "none visible: ranks run on the CPU")
+    if problem:
+        return Check("gpus", True, f"{visible} visible; {SMOKE_RANKS} ranks per host: {problem}")
+    return Check("gpus", True, f"{visible} visible; local rank 0 pins GPU {index}")
+
+
+def check_controllers(report: str) -> Check:
+    missing = horovod_install.missing_parts(report)
+    if not report:
+        return Check("controllers", False, "horovodrun not found next to this Python: "
+                                           "hvdtrain setup horovod")
+    if missing:
+        return Check("controllers", False, f"Horovod built without {', '.join(missing)}: "
+                                           f"{horovod_install.REBUILD}")
+    return Check("controllers", True, "MPI and Gloo built (horovodrun --check-build)")
+
+
+def check_open_mpi(which: Callable[[str], str | None] = shutil.which) -> Check:
+    mpirun = which("mpirun")
+    if not mpirun:
+        return Check("open mpi", False, f"mpirun not on PATH: {OPEN_MPI_FIX}")
+    first = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
+                           timeout=30).stdout.splitlines()[:1]
+    version = re.search(r"\(Open MPI\) (\S+)", first[0]) if first else None
+    if not version:
+        return Check("open mpi", False, f"{mpirun} is not Open MPI's ({first}): {OPEN_MPI_FIX}")
+    return Check("open mpi", True, f"{version[1]}, {mpirun}")
+
+
+def check_smoke(launcher: str) -> Check:
+    name = {"gloo": "2 ranks gloo", "mpi": "2 ranks mpi"}[launcher]
+    command = launching.launch_command(
+        launcher, SMOKE_RANKS, [sys.executable, "-c", SMOKE_RANK])
+    started = time.monotonic()
+    status, output = _run(command, SMOKE_TIMEOUT_S, launching.launch_env())
+    seconds = time.monotonic() - started
+    if status is None:
+        return Check(name, False, f"no result in {SMOKE_TIMEOUT_S} s: {' '.join(command)} hangs "
+                                  f"(a firewall between ranks, or a stuck MPI)")
+    problem = smoke_problem(output, launcher)
+    if status != 0 or problem:
+        last = ([line for line in output.splitlines() if line.strip()] or ["no output"])[-1]
+        return Check(name, False, f"exit {status}: {problem or last[:200]}: run "
+                                  f"'{' '.join(command)}' to see its output")
+    return Check(name, True, f"every rank all-reduced 1 + 2 = 3 in {seconds:.1f} s")
+
+
+def checks() -> list[Check]:
+    """Every check; the smoke tests only when all else passed (their failure would only echo
+    a problem already named, after a wait)."""
+    found = [check_python(), check_tensorflow()]
+    if found[-1].ok:
+        found += probe_checks()
+    if any(check.name == "horovod" and check.ok for check in found):
+        # after a failed load it would only echo that failure (nothing looks built)
+        found.append(check_controllers(horovod_install.build_check()))
+    found.append(check_open_mpi())
+    if all(check.ok for check in found):
+        found += [check_smoke(launcher) for launcher in ("gloo", "mpi")]
+    return found
+
+
+def ready(found: Sequence[Check]) -> bool:
+    """Every check passed, the smoke tests among them."""
+    return all(c.ok for c in found) and any(c.name.startswith("2 ranks") for c in found)
+
+
+def report(found: Sequence[Check]) -> str:
+    lines = [f"  {'ok' if c.ok else 'FAIL':<5} {c.name:<13} {c.detail}" for c in found]
+    lines.append("ready: a 2-rank job works here" if ready(found) else
+                 "not ready: fix the FAIL lines above, then run hvdtrain doctor again")
+    lines.append(f"docs: {shipped.folder('docs')}")
+    return "\n".join(lines)
+
+
+def run() -> int:
+    found = checks()
+    print(f"hvdtrain doctor ({sys.executable})\n{report(found)}", flush=True)
+    return 0 if ready(found) else 1

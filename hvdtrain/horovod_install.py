@@ -1,0 +1,237 @@
+"""Horovod in this interpreter: is the right build there and do its TensorFlow ops load, and
+if not, build it against the TensorFlow installed here (``hvdtrain setup horovod``).
+
+Horovod ships as source only and compiles against one TensorFlow's headers and library: a build
+made for another TensorFlow fails at ``import horovod.tensorflow`` (undefined symbols), which is
+why pip's isolated build, or a cluster image's Horovod, so often breaks. Nothing here imports
+Horovod or TensorFlow: the checks run in a subprocess, so that a crash is reported, not
+suffered.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from hvdtrain import shipped
+from hvdtrain.errors import UserError
+
+HOROVOD_VERSION = "0.28.1"
+# The TensorFlow range measured to work (README, "Supported TensorFlow"), and its pip pin.
+TENSORFLOW_RANGE = ((2, 15), (2, 21))
+TENSORFLOW_PIN = "tensorflow-cpu>=2.15,<2.22"
+# From TensorFlow 2.19 on, Horovod 0.28.1's source needs this patch (the patch says why).
+XLA_PATCH, XLA_PATCH_FROM = "horovod-0.28.1-xla-headers-gpu-only.patch", (2, 19)
+# horovodrun's build check without importing TensorFlow: seconds off every launch.
+LAUNCHER_PATCH = "horovod-0.28.1-fast-build-check.patch"
+BUILD_ENV = {  # Horovod's build switches: TensorFlow ops, both controllers, no other framework
+    "HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1",
+    "HOROVOD_WITHOUT_PYTORCH": "1", "HOROVOD_WITHOUT_MXNET": "1"}
+REBUILD = "hvdtrain setup horovod --rebuild"
+# What the probe runs: hvdtrain's distributed layer imports horovod.tensorflow, which loads
+# Horovod's TensorFlow ops library into this TensorFlow.
+PROBE = "import hvdtrain.dist"
+PROBE_TIMEOUT_S = 120
+
+
+def distribution_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def tensorflow_version() -> str | None:
+    """The installed TensorFlow's version, whichever distribution brought it (tensorflow,
+    tensorflow-cpu, a vendor's build), without importing it."""
+    if importlib.util.find_spec("tensorflow") is None:
+        return None
+    names = importlib.metadata.packages_distributions().get("tensorflow", [])
+    versions = [v for v in map(distribution_version, names) if v]
+    return versions[0] if versions else "unknown"
+
+
+def minor(version: str) -> tuple[int, int]:
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+def tensorflow_problem(version: str | None) -> str | None:
+    """Why this TensorFlow cannot carry hvdtrain, with what to run, or None."""
+    low, high = (".".join(map(str, v)) for v in TENSORFLOW_RANGE)
+    install = f"pip install '{TENSORFLOW_PIN}'"
+    if version is None:
+        return f"TensorFlow is not installed in {sys.executable}: {install} (or tensorflow for GPUs)"
+    if not TENSORFLOW_RANGE[0] <= minor(version) <= TENSORFLOW_RANGE[1]:
+        return f"TensorFlow {version} is outside hvdtrain's range {low} to {high}: {install}"
+    return None
+
+
+def ops_load_problem(python: str = sys.executable, env: dict[str, str] | None = None) -> str | None:
+    """Whether Horovod's TensorFlow ops load in ``python`` (run apart, so a crash is reported):
+    None when they do, else one line naming the problem and the command that fixes it."""
+    try:
+        done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, env=env,
+                              timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"import horovod.tensorflow hung for {PROBE_TIMEOUT_S} s: {REBUILD}"
+    if done.returncode == 0:
+        return None
+    return describe_load_failure(done.returncode, done.stderr)
+
+
+def describe_load_failure(returncode: int, stderr: str) -> str:
+    if returncode < 0:
+        return f"import horovod.tensorflow crashed (signal {-returncode}): {REBUILD}"
+    if "No module named 'horovod" in stderr:
+        return "Horovod is not installed: hvdtrain setup horovod"
+    if "undefined symbol" in stderr:
+        symbol = re.search(r"undefined symbol: (\S+)", stderr)
+        return (f"Horovod was built against another TensorFlow than this one (undefined symbol "
+                f"{symbol[1][:60] if symbol else ''} at import horovod.tensorflow): {REBUILD}")
+    if "Extension horovod.tensorflow has not been built" in stderr:
+        return (f"Horovod has no TensorFlow ops (horovod/tensorflow/mpi_lib missing: built "
+                f"without HOROVOD_WITH_TENSORFLOW): {REBUILD}")
+    last = [line for line in stderr.splitlines() if line.strip()][-1:] or ["no output"]
+    return f"import horovod.tensorflow failed: {last[0][:200]}: {REBUILD}"
+
+
+def build_check() -> str:
+    """horovodrun --check-build's report (what was compiled in), or '' without horovodrun."""
+    horovodrun = shutil.which("horovodrun", path=f"{Path(sys.executable).parent}{os.pathsep}"
+                                                 f"{os.environ.get('PATH', '')}")
+    if not horovodrun:
+        return ""
+    done = subprocess.run([horovodrun, "--check-build"], capture_output=True, text=True,
+                          timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    return done.stdout
+
+
+def missing_parts(report: str) -> list[str]:
+    """The pieces hvdtrain needs that a --check-build report does not mark as built."""
+    return [part for part in ("TensorFlow", "MPI", "Gloo") if f"[X] {part}" not in report]
+
+
+def tool_problem(which: Callable[[str], str | None] = shutil.which,
+                 cmake_version: Callable[[], str] | None = None) -> str | None:
+    """What the build lacks on this machine (Open MPI's compiler wrapper, a C++ compiler, CMake
+    3), or None."""
+    apt = "apt-get install libopenmpi-dev openmpi-bin cmake g++ make"
+    for tool in ("mpicxx", "g++", "make", "cmake"):
+        if not which(tool):
+            return f"{tool} not found: Horovod's build needs it ({apt}, or your cluster's modules)"
+    version = (cmake_version or _cmake_version)()
+    if not version.startswith("3."):
+        # Gloo's cmake_minimum_required is refused by CMake 4.
+        return (f"cmake {version} cannot build Horovod's Gloo (it needs CMake 3.x): put a "
+                f"CMake 3 first on PATH (pip uninstall cmake, if pip installed CMake 4)")
+    return None
+
+
+def _cmake_version() -> str:
+    out = subprocess.run(["cmake", "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"version (\S+)", out)
+    return found[1] if found else "unknown"
+
+
+def _pip(*args: str, env: dict[str, str] | None = None) -> None:
+    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+    if subprocess.run(command, env=env, stdin=subprocess.DEVNULL).returncode != 0:
+        raise UserError(f"'{' '.join(command[1:])}' failed (its output is above)")
+
+
+def _patch(patch: str, folder: Path) -> None:
+    path = shipped.folder("patches") / patch
+    with open(path) as diff:
+        done = subprocess.run(["patch", "-s", "-p1", "-d", str(folder)], stdin=diff,
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(f"cannot apply {path} to {folder}: {done.stdout.strip()} "
+                        f"{done.stderr.strip()}")
+
+
+def _horovod_site() -> Path:
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"horovod is not importable from {sys.executable} after its install")
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+def patch_launcher() -> bool:
+    """horovodrun's fast build check, once per install; True when it was applied now."""
+    site = _horovod_site()
+    if "_library_only" in (site / "horovod" / "common" / "util.py").read_text():
+        return False
+    _patch(LAUNCHER_PATCH, site)
+    return True
+
+
+def build(tensorflow: str, say: Callable[[str], None]) -> None:
+    """Downloads Horovod's source, patches it for this TensorFlow and builds it here, in this
+    interpreter's environment (no build isolation: it must see this TensorFlow)."""
+    missing = [d for d in ("setuptools", "wheel") if not distribution_version(d)]
+    if missing:
+        _pip("install", "-q", *missing)
+    if distribution_version("horovod"):
+        _pip("uninstall", "-q", "-y", "horovod")
+    with tempfile.TemporaryDirectory(prefix="hvdtrain-horovod-") as tmp:
+        _pip("download", "-q", "--no-deps", "--no-binary", ":all:",
+             f"horovod=={HOROVOD_VERSION}", "-d", tmp)
+        with tarfile.open(next(Path(tmp).glob("horovod-*.tar.gz"))) as archive:
+            archive.extractall(tmp, filter="data")
+        source = Path(tmp) / f"horovod-{HOROVOD_VERSION}"
+        if minor(tensorflow) >= XLA_PATCH_FROM:
+            say(f"patching Horovod's source for TensorFlow {tensorflow}: {XLA_PATCH}")
+            _patch(XLA_PATCH, source)
+        say(f"building horovod {HOROVOD_VERSION} with TensorFlow {tensorflow}, MPI and Gloo "
+            f"(a few minutes)")
+        env = {**os.environ, **BUILD_ENV, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"}
+        _pip("install", "-q", "--no-build-isolation", "--no-cache-dir", str(source), env=env)
+
+
+def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
+                  say: Callable[[str], None] = print) -> int:
+    """``hvdtrain setup horovod``: nothing is rebuilt when Horovod {HOROVOD_VERSION} is
+    installed and its TensorFlow ops load here (unless ``rebuild``)."""
+    tensorflow = tensorflow_version()
+    problem = tensorflow_problem(tensorflow)
+    if problem:
+        raise UserError(problem)
+    installed = distribution_version("horovod")
+    problem = (f"horovod {installed} is installed, hvdtrain needs {HOROVOD_VERSION}"
+               if installed and installed != HOROVOD_VERSION else
+               "rebuild asked for" if rebuild else
+               ops_load_problem() or _missing_parts_problem(build_check()))
+    if not problem:
+        applied = not dry_run and patch_launcher()
+        say(f"horovod {installed} is built for TensorFlow {tensorflow} with MPI and Gloo and "
+            f"its ops load: nothing to build"
+            f"{' (horovodrun patched: ' + LAUNCHER_PATCH + ')' if applied else ''}")
+        return 0
+    say(f"horovod needs a build: {problem}")
+    if dry_run:
+        return 1
+    problem = tool_problem()
+    if problem:
+        raise UserError(problem)
+    build(tensorflow, say)
+    patch_launcher()
+    problem = ops_load_problem() or _missing_parts_problem(build_check())
+    if problem:
+        raise UserError(f"horovod {HOROVOD_VERSION} was built but does not work: {problem}")
+    say(f"horovod {HOROVOD_VERSION} built for TensorFlow {tensorflow} with MPI and Gloo; "
+        f"check it with: hvdtrain doctor")
+    return 0
+
+
+def _missing_parts_problem(report: str) -> str | None:
+    missing = missing_parts(report)
+    return f"built without {', '.join(missing)}: {REBUILD}" if missing else None

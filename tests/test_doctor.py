@@ -1,0 +1,111 @@
+"""``hvdtrain doctor`` and ``hvdtrain setup horovod --dry-run`` against real environments: the
+healthy venv, and broken ones each test makes cheaply beside it (a Horovod built against the
+other stack's TensorFlow, a Horovod without its TensorFlow ops, no mpirun on PATH)."""
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, launcher_env, run_job
+from hvdtrain import doctor, horovod_install
+
+ROOT = Path(__file__).parent.parent
+HOROVOD = Path(horovod_install.importlib.util.find_spec("horovod").origin).parent
+# The other stack's venv: its Horovod was compiled against another TensorFlow than this one.
+OTHER_VENV = ROOT / (".venv-keras2" if importlib.metadata.version("keras").startswith("3")
+                     else ".venv")
+
+
+def hvdtrain_cli(*args: str, env: dict[str, str]):
+    return run_job([sys.executable, "-m", "hvdtrain.cli", *args], env=env, timeout=240)
+
+
+def fail_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.lstrip().startswith("FAIL")]
+
+
+@pytest.mark.multirank
+def test_doctor_passes_the_healthy_venv_with_a_checked_all_reduce_under_both_launchers():
+    job = hvdtrain_cli("doctor", env=launcher_env())
+    assert job.returncode == 0, job.output
+    assert not fail_lines(job.output), job.output
+    for launcher in ("gloo", "mpi"):
+        assert re.search(rf"^  ok +2 ranks {launcher} +every rank all-reduced 1 \+ 2 = 3 ",
+                         job.output, re.M), job.output
+    assert "ready: a 2-rank job works here" in job.output
+
+
+def _other_stacks_horovod(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "horovod").symlink_to(
+        next(OTHER_VENV.glob("lib/python3*/site-packages/horovod")))
+    return {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
+
+
+def _horovod_without_tensorflow_ops(tmp_path: Path) -> dict[str, str]:
+    shutil.copytree(HOROVOD, tmp_path / "horovod", ignore=shutil.ignore_patterns("mpi_lib*.so"))
+    return {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
+
+
+def _no_mpirun(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": str(BIN)}  # the venv's tools alone; Open MPI's live elsewhere
+
+
+BROKEN = {  # case -> (the environment made, the problem named, the fixing command)
+    "horovod_for_another_tensorflow": (_other_stacks_horovod,
+                                       "Horovod was built against another TensorFlow",
+                                       "hvdtrain setup horovod --rebuild"),
+    "horovod_without_tensorflow_ops": (_horovod_without_tensorflow_ops,
+                                       "Horovod has no TensorFlow ops",
+                                       "hvdtrain setup horovod --rebuild"),
+    "no_mpirun": (_no_mpirun, "mpirun not on PATH", "apt-get install openmpi-bin"),
+}
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_doctor_names_a_broken_environment_in_one_line_and_exits_non_zero(case, tmp_path):
+    make, problem, fix = BROKEN[case]
+    env = launcher_env(make(tmp_path))
+    job = hvdtrain_cli("doctor", env=env)
+    assert job.returncode == 1, job.output
+    failed = fail_lines(job.output)
+    assert len(failed) == 1 and problem in failed[0] and fix in failed[0], job.output
+    assert "Traceback" not in job.output
+    assert "2 ranks" not in job.output  # no smoke test after a failed check
+    # The control, the same doctor on the healthy venv exiting 0, is the test above.
+
+
+def test_setup_horovod_builds_nothing_where_horovod_works_and_would_where_it_does_not(tmp_path):
+    healthy = hvdtrain_cli("setup", "horovod", "--dry-run", env=launcher_env())
+    assert healthy.returncode == 0, healthy.output
+    assert "its ops load: nothing to build" in healthy.output
+    broken = hvdtrain_cli("setup", "horovod", "--dry-run",
+                          env=launcher_env(_horovod_without_tensorflow_ops(tmp_path)))
+    assert broken.returncode == 1, broken.output
+    assert "horovod needs a build: Horovod has no TensorFlow ops" in broken.output
+
+
+def test_smoke_check_accepts_only_every_rank_with_the_right_sum():
+    def line(rank: int, total: float, controller: str = "gloo") -> str:
+        return (f'[{rank}]<stdout>:hvdtrain-smoke {{"rank": {rank}, "size": 2, '
+                f'"controller": "{controller}", "sum": {total}}}')
+
+    assert doctor.smoke_problem(f"{line(0, 3.0)}\n{line(1, 3.0)}", "gloo") is None
+    # Controls: a wrong sum, a missing rank, the other controller.
+    assert "wrong all-reduce" in doctor.smoke_problem(f"{line(0, 3.0)}\n{line(1, 2.0)}", "gloo")
+    assert "ranks [0] reported" in doctor.smoke_problem(line(0, 3.0), "gloo")
+    assert "wrong all-reduce" in doctor.smoke_problem(f"{line(0, 3.0)}\n{line(1, 3.0)}", "mpi")
+
+
+def test_tensorflow_range_is_checked_with_the_install_command():
+    assert horovod_install.tensorflow_problem("2.15.1") is None
+    assert horovod_install.tensorflow_problem("2.21.0") is None
+    for outside in ("2.14.1", "2.22.0"):
+        assert "outside hvdtrain's range 2.15 to 2.21: pip install" in \
+            horovod_install.tensorflow_problem(outside)
+    assert "TensorFlow is not installed" in horovod_install.tensorflow_problem(None)
