@@ -132,7 +132,7 @@ class TrainConfig:
     eval_every: int = _help("evaluate on the eval set every k epochs (and always at the end); "
                             "0: only at the end", default=1)
     loop: Loop = _help("fit (Keras fit) | custom (hvdtrain's own tf.function step with "
-                      "Horovod's DistributedGradientTape; needed for horovod.op=adasum, "
+                      "a tape that reduces the gradients; needed for horovod.op=adasum, "
                       "backward_passes_per_step > 1 and join_uneven)",
                       default="fit")
     precision: Precision = _help("float32 | mixed_float16 (float16 compute, float32 weights, with "
@@ -159,7 +159,8 @@ class RunConfig:
     keep_checkpoints: int = _help("checkpoints kept in run_dir/checkpoints (oldest removed)",
                                   default=3)
     tensorboard: bool = _help("write TensorBoard logs to run_dir/tensorboard", default=True)
-    export: bool = _help("save the trained model to run_dir/model (SavedModel)", default=True)
+    export: bool = _help("save the trained model to run_dir/model (Keras 3: model.keras; "
+                         "Keras 2: a SavedModel)", default=True)
     progress_every_s: float = _help("within an epoch, print a progress line every this many "
                                     "seconds; 0: one line per epoch only", default=30.0)
     stall_warning_s: int = _help("Horovod's stall check: warn, naming the tensor and the missing "
@@ -220,8 +221,9 @@ class HorovodConfig:
 
 # What only the custom loop can do, and why (Config.__post_init__ checks it).
 CUSTOM_LOOP_ONLY = {
-    "horovod.op=adasum": ("Horovod's Keras DistributedOptimizer rejects op=Adasum (it "
-                          "supports only average and sum)"),
+    "horovod.op=adasum": ("on Keras 2 Horovod's Keras DistributedOptimizer rejects op=Adasum (it "
+                          "supports only average and sum), and hvdtrain tests Adasum on its "
+                          "custom loop alone on both stacks"),
     "horovod.backward_passes_per_step>1": "hvdtrain accumulates gradients in its own loop",
     "horovod.join_uneven=true": "Keras fit cannot stop one rank early and wait in hvd.join",
 }
@@ -238,7 +240,6 @@ class Config:
     preset: str = "digits"
 
     def __post_init__(self) -> None:
-        _check_choices(self, "horovod")
         if self.train.loop == "custom":
             return
         asked = {"horovod.op=adasum": self.horovod.op == "adasum",

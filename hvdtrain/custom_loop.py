@@ -1,5 +1,6 @@
 """The custom training loop (``train.loop = custom``): a ``tf.function`` step whose gradients go
-through Horovod's ``DistributedGradientTape``, for users who outgrow Keras ``fit``.
+through ``dist.distributed_tape`` (Horovod's ``DistributedGradientTape`` on Keras 2,
+hvdtrain's own reducing tape on Keras 3), for users who outgrow Keras ``fit``.
 
 ``hvdtrain train --loop custom`` drives it with the same sharding, LR schedule, callbacks,
 checkpoints and summary as ``fit``. As a library, bring your own loss::
@@ -40,7 +41,7 @@ class TrainStep:
     count]. Every rank must call it the same number of times, unless join_uneven is on and
     every rank calls ``finish()`` after its last batch.
 
-    - Gradients are reduced across ranks by ``DistributedGradientTape`` (average or Adasum,
+    - Gradients are reduced across ranks by ``dist.distributed_tape`` (average or Adasum,
       fp16 compression, sparse_as_dense as configured).
     - With ``backward_passes_per_step`` = k, k batches' gradients are summed locally and
       reduced once: k batches of B per rank make one step of kB per rank.

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import MutableMapping, Mapping, NoReturn, Sequence
 
+from hvdtrain import placement
 from hvdtrain.errors import UserError
 
 BIN = Path(sys.executable).parent  # the venv's horovodrun and hvdtrain, next to this Python
@@ -122,10 +123,6 @@ def launch_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def cores() -> int:
-    return os.cpu_count() or 1
-
-
 def launch_command(launcher: str, ranks: int, argv: Sequence[str], *,
                    bind_to_core: bool = False) -> list[str]:
     """The command that starts ``ranks`` copies of ``argv``.
@@ -146,7 +143,7 @@ def launch_command(launcher: str, ranks: int, argv: Sequence[str], *,
         mpirun = shutil.which("mpirun")
         if not mpirun:
             raise UserError("mpirun not found: run 'make install'")
-        if ranks > cores():
+        if ranks > placement.cores_available()[1]:
             binding = ["--oversubscribe", "--bind-to", "none"]
         else:
             binding = ["--bind-to", "core", "--map-by", "core"] if bind_to_core else []

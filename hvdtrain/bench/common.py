@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from hvdtrain import launching
+from hvdtrain import launching, placement
 
 
 class BenchError(RuntimeError):
@@ -94,7 +94,7 @@ def pin_to_own_core() -> int | None:
     when the launcher did not bind it (horovodrun --gloo), so that every launcher gives a rank
     the same one-core budget. Returns the core, or None when already bound."""
     available = os.sched_getaffinity(0)
-    if len(available) < launching.cores():
+    if len(available) < placement.cores_available()[1]:
         return None
     local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get(
         "OMPI_COMM_WORLD_LOCAL_RANK", "0")))
@@ -159,7 +159,7 @@ def machine() -> dict[str, Any]:
         load = os.getloadavg()[0]
     except OSError:
         load = None
-    return {"cpu": cpu, "cores": launching.cores(), "memory_gib": memory_gib,
+    return {"cpu": cpu, "cores": placement.cores_available()[1], "memory_gib": memory_gib,
             "os": f"{platform.system()} {platform.release()}",
             "python": platform.python_version(), "versions": versions,
             "load_average_1min_at_start": load,

@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from hvdtrain import launching
+from hvdtrain import launching, placement
 from hvdtrain.bench import common
 
 SYSTEMS = ("single", "hvdtrain", "mwms", "ps")
@@ -182,7 +182,7 @@ def rank_hvdtrain(options: dict[str, Any]) -> None:
 
 def rank_mwms(options: dict[str, Any]) -> None:
     index = options["index"]
-    os.sched_setaffinity(0, {index % launching.cores()})
+    os.sched_setaffinity(0, {index % placement.cores_available()[1]})
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": options["workers"]},
                                           "task": {"type": "worker", "index": index}})
     import tensorflow as tf

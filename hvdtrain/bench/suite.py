@@ -155,7 +155,7 @@ def results_block(out: Path, readme: Path, command: str) -> str:
     """The README's results: the machine, the command, every table and plot."""
     import json
     machine = json.loads((out / "scaling.json").read_text())["machine"]
-    rel = Path(*[".."] * 0) / out.resolve().relative_to(readme.resolve().parent) \
+    rel = out.resolve().relative_to(readme.resolve().parent) \
         if out.resolve().is_relative_to(readme.resolve().parent) else out.resolve()
     parts = [BEGIN, f"Measured with `{command}` on: {common.machine_line(machine)}.", ""]
     for name, title in [("scaling", "Throughput against world size"),
