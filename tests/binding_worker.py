@@ -136,9 +136,22 @@ def two_rank_checks(dist, rank: int) -> dict:
     reduce = tf.function(lambda *grads: dist.reduce_gradients(grads, HorovodConfig()))
     mixed = reduce(tf.constant([1.0 + rank], tf.float32), tf.constant([2.0 + 2 * rank], tf.float16))
     joined = reduce(tf.constant([4.0]))[0].numpy().tolist() if rank == 0 else None
-    return {"mixed": [float(g.numpy()[0]) for g in mixed],
-            "mixed_dtypes": [g.dtype.name for g in mixed],
-            "joined": joined, "last_to_join": dist.join()}
+    checks = {"mixed": [float(g.numpy()[0]) for g in mixed],
+              "mixed_dtypes": [g.dtype.name for g in mixed],
+              "joined": joined, "last_to_join": dist.join()}
+    if dist.keras_version().startswith("3."):
+        checks.update(metric_checks(dist, rank))
+    return checks
+
+
+def metric_checks(dist, rank: int) -> dict:
+    """Keras 3's metric averaging: an array metric averaged element-wise, and metrics that
+    differ in name between the ranks (one each, so their counts match) refused."""
+    averaged = {"loss": 1.0 + rank, "per_class": np.array([1.0, 2.0 + 2 * rank])}
+    dist.metric_average_callback().on_epoch_end(0, averaged)
+    return {"averaged": {name: np.asarray(value).tolist() for name, value in averaged.items()},
+            "other_names": refusal(lambda: dist.metric_average_callback().on_epoch_end(
+                0, {"accuracy" if rank == 0 else "mae": 0.5}))}
 
 
 def horovod_ops(function, *args) -> list[str]:

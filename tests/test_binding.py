@@ -70,7 +70,7 @@ def test_library_pattern_at_two_ranks_ends_with_identical_ranks(two_ranks):
 def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(two_ranks, tmp_path):
     # Keras 3: a model built before fit is broadcast with its optimizer before the first step
     # (Horovod's own Keras 2 callback broadcasts after it, so there is no exact replay there).
-    _, two = two_ranks
+    out, two = two_ranks
     one = run_cases(1, tmp_path / "one", "--batch", "16")
     assert biggest_difference(two["dense_first"][0], one["dense_first"][0]) < 1e-5
     # Control for bug 2: the broadcast at on_train_begin only, when nothing is built yet.
@@ -85,6 +85,14 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(two_ran
     # A tape's gradients given to a distributed optimizer: refused, not reduced twice.
     assert single["double_reduction"].startswith("these gradients come from dist.distributed_tape")
     assert "custom loop" in single["accumulation_steps"]
+    # Metric averaging: an array metric element-wise; metrics named differently on the ranks
+    # (one each, so a count alone would not tell) stop both ranks with one line.
+    for rank in (0, 1):
+        pair = json.loads((out / f"pair.rank{rank}.json").read_text())
+        assert pair["averaged"] == {"loss": 1.5, "per_class": [1.0, 3.0]}
+        assert pair["other_names"] == ("the ranks log different metrics, which cannot be "
+                                       "averaged: rank 0 accuracy, rank 1 mae; compile the same "
+                                       "metrics on every rank")
 
 
 @pytest.mark.multirank

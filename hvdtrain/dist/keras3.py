@@ -99,16 +99,37 @@ def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> Any:
 
 
 class MetricAverage(tf.keras.callbacks.Callback):
-    """The epoch's train metrics become the mean over ranks before anyone logs them."""
+    """The epoch's train metrics become the mean over ranks before anyone logs them: each
+    value element-wise (a metric may be an array), once every rank is shown to log the same
+    metrics with the same shapes (they are averaged by position, so a mismatch would mix
+    unrelated numbers silently)."""
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if not logs:
             return
         names = sorted(logs)
-        # Horovod: one all-reduce of every metric, in the same (sorted) order on every rank.
-        means = hvd.allreduce(tf.constant([float(logs[n]) for n in names], tf.float64),
-                              op=hvd.Average, name="hvdtrain_metric_average").numpy()
-        logs.update({name: float(mean) for name, mean in zip(names, means)})
+        values = [np.asarray(logs[n], np.float64) for n in names]
+        layout = [(name, list(value.shape)) for name, value in zip(names, values)]
+        # Horovod: every rank's metric names and shapes, so all ranks see the same mismatch.
+        layouts = hvd.allgather_object(layout)
+        if any(other != layouts[0] for other in layouts):
+            rank = next(r for r, other in enumerate(layouts) if other != layouts[0])
+            raise UserError(f"the ranks log different metrics, which cannot be averaged: rank 0 "
+                            f"{_described(layouts[0])}, rank {rank} {_described(layouts[rank])}; "
+                            f"compile the same metrics on every rank", shared=True)
+        flat = np.concatenate([value.ravel() for value in values])
+        # Horovod: one all-reduce of every metric value, in the same (sorted) order everywhere.
+        means = hvd.allreduce(tf.constant(flat, tf.float64), op=hvd.Average,
+                              name="hvdtrain_metric_average").numpy()
+        start = 0
+        for name, value in zip(names, values):
+            mean = means[start:start + value.size].reshape(value.shape)
+            logs[name] = float(mean) if value.ndim == 0 else mean
+            start += value.size
+
+
+def _described(layout: list) -> str:
+    return ", ".join(name + (f" {tuple(shape)}" if shape else "") for name, shape in layout)
 
 
 def metric_average_callback() -> tf.keras.callbacks.Callback:
