@@ -187,7 +187,22 @@ def single_rank_checks(dist) -> dict:
             loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
+    def weight_decay_after_wrapping() -> dict:
+        # Set outside the optimizer's config: kept by the wrapper (a rebuild from the config
+        # would drop it). The loss has no gradient, so weight decay alone moves the weights.
+        optimizer = tf.keras.optimizers.AdamW(0.1, weight_decay=0.5)
+        optimizer.exclude_from_weight_decay(var_names=["bias"])
+        dense = tf.keras.layers.Dense(2, bias_initializer="ones")
+        decayed = tf.keras.Sequential([tf.keras.Input((FEATURES,)), dense])
+        decayed.compile(dist.distributed_optimizer(optimizer, HorovodConfig()), jit_compile=False,
+                        loss=lambda y, p: 0.0 * tf.reduce_sum(p))
+        kernel = dense.kernel.numpy()
+        decayed.fit(np.ones((4, FEATURES), "float32"), np.zeros((4, 2), "float32"), verbose=0)
+        return {"bias": dense.bias.numpy().tolist(),
+                "kernel_decayed": bool(np.abs(dense.kernel.numpy()).sum() < np.abs(kernel).sum())}
+
     return {
+        "weight_decay": weight_decay_after_wrapping(),
         "passed_through": dist.reduce_gradients([pi], fp16)[0].numpy().tolist(),
         "fp16_round_trip": tf.cast(tf.cast(pi, tf.float16), tf.float32).numpy().tolist(),
         "reducer_ops": horovod_ops(lambda g: dist.reduce_gradients([g], fp16), pi),

@@ -85,6 +85,9 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(two_ran
     # A tape's gradients given to a distributed optimizer: refused, not reduced twice.
     assert single["double_reduction"].startswith("these gradients come from dist.distributed_tape")
     assert "custom loop" in single["accumulation_steps"]
+    # AdamW's exclude_from_weight_decay, set before wrapping, still holds: the bias is left
+    # alone while the kernel decays (a copy rebuilt from the config decayed both).
+    assert single["weight_decay"] == {"bias": [1.0, 1.0], "kernel_decayed": True}
     # Metric averaging: an array metric element-wise; metrics named differently on the ranks
     # (one each, so a count alone would not tell) stop both ranks with one line.
     for rank in (0, 1):

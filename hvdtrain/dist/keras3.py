@@ -36,8 +36,8 @@ _REDUCED_BY_TAPE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDic
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
                           options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
-    """A copy of ``optimizer`` (same class, same config) whose ``apply`` all-reduces the
-    gradients before updating. Wrap a fresh optimizer, before ``compile`` and before any step.
+    """``optimizer`` itself, made distributed: its ``apply`` all-reduces the gradients before
+    updating. Wrap a fresh optimizer, before ``compile`` and before any step.
 
     Under mixed_float16 the optimizer must be a LossScaleOptimizer when it is wrapped (this
     function makes it one), so that the SCALED gradients are reduced before the loss scale
@@ -70,7 +70,10 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     distributed = type(base.__name__, (base,), {
         "apply": apply, "hvdtrain_distributed": True,
         "__module__": base.__module__, "__qualname__": base.__qualname__})
-    return distributed.from_config(optimizer.get_config())
+    # The instance's class swapped rather than a copy rebuilt from get_config(): what the user
+    # set outside the config (exclude_from_weight_decay, say) would be lost by a rebuild.
+    optimizer.__class__ = distributed
+    return optimizer
 
 
 def refuse_tape_gradients(gradients: Sequence[Any]) -> None:
