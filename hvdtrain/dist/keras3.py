@@ -161,6 +161,7 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
             raise UserError("this model is compiled with XLA (jit_compile=True; Keras 3 turns it "
                             "on by itself when it sees a GPU), but Horovod's all-reduce has no "
                             "XLA lowering: compile with jit_compile=False")
+        refuse_loss_scale_outside(self.model.optimizer)
         if not self.done and self.model.built and self.model.variables:
             if not self.model.optimizer.built:
                 self.model.optimizer.build(self.model.trainable_variables)
@@ -174,6 +175,21 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
         broadcast_variables([*self.model.variables,
                              *optimizer_variables(self.model.optimizer)], self.root_rank)
         self.done = True
+
+
+def refuse_loss_scale_outside(optimizer: Any) -> None:
+    """A loss scale optimizer around the distributed one (the mixed_float16 policy set after
+    wrapping, which makes ``compile`` add it) checks each rank's own gradients for inf/NaN
+    before the all-reduce: a rank that skips a step leaves its peers waiting in theirs. Every
+    rank sees the same nesting, so every rank refuses together."""
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if (getattr(inner, "hvdtrain_distributed", False)
+            and not getattr(optimizer, "hvdtrain_distributed", False)):
+        raise UserError("a loss scale optimizer wraps the distributed optimizer, so each rank "
+                        "would check its own gradients before the all-reduce and the ranks could "
+                        "part ways: set the mixed_float16 policy before "
+                        "dist.distributed_optimizer(), which then wraps the loss scale "
+                        "optimizer itself", shared=True)
 
 
 def broadcast_callback(root_rank: int = 0) -> tf.keras.callbacks.Callback:
