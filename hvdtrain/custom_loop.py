@@ -133,8 +133,9 @@ class TrainStep:
 
     def _apply_gradients(self, grads: list[tf.Tensor]) -> None:
         if self.loss_scaled:
-            grads = dist.unscale_gradients(self.optimizer, grads)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+            dist.apply_scaled_gradients(self.optimizer, grads, self.model.trainable_variables)
+        else:
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
 
 
 def run_epochs(step: TrainStep, batches: Iterator, *, first_epoch: int, epochs: int,

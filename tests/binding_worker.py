@@ -208,6 +208,8 @@ def single_rank_checks(dist) -> dict:
         "reducer_ops": horovod_ops(lambda g: dist.reduce_gradients([g], fp16), pi),
         "allreduce_ops": horovod_ops(lambda g: hvd.allreduce(g), pi),  # Horovod: the control
         "double_reduction": refusal(tape_then_distributed_optimizer),
+        "unscale": refusal(lambda: dist.unscale_gradients(
+            tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1)), [pi])),
         "accumulation_steps": refusal(lambda: dist.distributed_optimizer(
             tf.keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), HorovodConfig())),
     }

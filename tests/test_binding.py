@@ -85,6 +85,9 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(two_ran
     # A tape's gradients given to a distributed optimizer: refused, not reduced twice.
     assert single["double_reduction"].startswith("these gradients come from dist.distributed_tape")
     assert "custom loop" in single["accumulation_steps"]
+    # unscale_gradients, a no-op on Keras 3 before (the loss scale optimizer unscales inside
+    # apply_gradients): refused, saying what to use.
+    assert single["unscale"].startswith("unscale_gradients() does not exist on Keras 3")
     # AdamW's exclude_from_weight_decay, set before wrapping, still holds: the bias is left
     # alone while the kernel decays (a copy rebuilt from the config decayed both).
     assert single["weight_decay"] == {"bias": [1.0, 1.0], "kernel_decayed": True}

@@ -33,7 +33,8 @@ from hvdtrain.config import HorovodConfig
 from hvdtrain.dist.binding import (broadcast_variables, distributed_optimizer, distributed_tape,
                                    elastic_state, fit_callbacks, keras_version, load_model,
                                    metric_average_callback, optimizer_variables, run_elastic,
-                                   save_model, scale_loss, unscale_gradients)
+                                   save_model, scale_loss, unscale_gradients,
+                                   apply_scaled_gradients)
 from hvdtrain.dist.reducer import reduce_gradients
 from hvdtrain.dist.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
@@ -47,6 +48,7 @@ __all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Ho
     "broadcast_variables", "distributed_optimizer", "distributed_tape", "elastic_state",
     "fit_callbacks", "keras_version", "load_model", "metric_average_callback",
     "optimizer_variables", "run_elastic", "save_model", "scale_loss", "unscale_gradients",
+    "apply_scaled_gradients",
     "compression", "reduce_op",
 ]
 

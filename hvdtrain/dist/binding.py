@@ -14,7 +14,8 @@ KerasBinding, the functions every binding module provides:
   save_model(model, path)                    the export format this Keras loads back
   load_model(folder)                         that export, uncompiled, for inference
   scale_loss(optimizer, loss)                a LossScaleOptimizer's scaled loss ...
-  unscale_gradients(optimizer, gradients)    ... and its gradients unscaled
+  unscale_gradients(optimizer, gradients)    ... and its gradients unscaled (Keras 2 only)
+  apply_scaled_gradients(optimizer, grads, variables)  ... or applied, unscaled on the way
 """
 from __future__ import annotations
 
@@ -110,4 +111,13 @@ def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.
 
 def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
                       gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+    """Keras 2: the LossScaleOptimizer's gradients unscaled. Keras 3 refuses it with one line:
+    its LossScaleOptimizer unscales inside apply_gradients (``apply_scaled_gradients``)."""
     return _keras_binding().unscale_gradients(optimizer, gradients)
+
+
+def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: list[tf.Tensor],
+                           variables: Sequence[tf.Variable]) -> None:
+    """A LossScaleOptimizer's update from gradients of the scaled loss, on either Keras:
+    unscaled, checked for inf/NaN (a skipped step then) and applied."""
+    _keras_binding().apply_scaled_gradients(optimizer, gradients, variables)

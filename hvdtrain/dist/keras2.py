@@ -86,3 +86,9 @@ def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.
 def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
                       gradients: list[tf.Tensor]) -> list[tf.Tensor]:
     return optimizer.get_unscaled_gradients(gradients)
+
+
+def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: list[tf.Tensor],
+                           variables: Sequence[tf.Variable]) -> None:
+    # Keras 2's LossScaleOptimizer applies what it is given: unscale first.
+    optimizer.apply_gradients(zip(unscale_gradients(optimizer, gradients), variables))

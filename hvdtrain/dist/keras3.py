@@ -262,5 +262,14 @@ def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.
 
 def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
                       gradients: list[tf.Tensor]) -> list[tf.Tensor]:
-    # Keras 3's LossScaleOptimizer unscales (and checks for inf/NaN) inside apply_gradients.
-    return gradients
+    # Keras 3's LossScaleOptimizer unscales (and checks for inf/NaN) inside apply_gradients:
+    # gradients unscaled here would be unscaled twice, and returning them scaled would mislead
+    # whoever clips or logs them.
+    raise UserError("unscale_gradients() does not exist on Keras 3: its LossScaleOptimizer "
+                    "unscales inside apply_gradients, so pass it the scaled gradients; to clip "
+                    "or log them, divide by optimizer.dynamic_scale first")
+
+
+def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: list[tf.Tensor],
+                           variables: Sequence[Any]) -> None:
+    optimizer.apply_gradients(zip(gradients, variables))  # it unscales them itself
