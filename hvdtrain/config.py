@@ -19,7 +19,7 @@ from hvdtrain.errors import UserError
 DataSource = Literal["synthetic", "digits", "npz", "tfrecord", "images"]
 DataCache = Literal["auto", "on", "off"]
 OptimizerName = Literal["sgd", "adam"]
-LrScaling = Literal["linear", "sqrt", "none"]
+LrScaling = Literal["auto", "linear", "sqrt", "none"]
 LrDecay = Literal["constant", "cosine"]
 Device = Literal["auto", "cpu", "gpu"]
 Loop = Literal["fit", "custom"]
@@ -108,7 +108,8 @@ class OptimConfig:
                       default=0.05)
     momentum: float = _help("sgd momentum (0 for plain SGD)", default=0.9)
     lr_scaling: LrScaling = _help("how the learning rate grows with N ranks: linear (lr*N), "
-                            "sqrt (lr*sqrt(N)) or none", default="linear")
+                            "sqrt (lr*sqrt(N)), none, or auto: linear for the average, none "
+                            "for horovod.op=adasum (Horovod's Adasum guide)", default="auto")
     warmup_epochs: float = _help("epochs over which the lr ramps from lr to the scaled lr "
                                  "(Goyal et al.); 0 for none", default=1.0)
     decay: LrDecay = _help("after warmup: constant | cosine (to 0 at the last epoch)",

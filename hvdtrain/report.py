@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hvdtrain import __version__
+from hvdtrain import __version__, schedules
 from hvdtrain.config import Config
 
 # The gradient options the banner names when they differ from the defaults.
@@ -29,7 +29,7 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
         f"  data  {data}\n"
         f"  model {c.model.name}, {params:,} parameters\n"
         f"  optim {c.optim.name}, lr {c.optim.lr:g} per rank -> {peak_lr:g} "
-        f"({c.optim.lr_scaling} scaling, {c.optim.warmup_epochs:g} warmup epochs, "
+        f"({schedules.scaling_in_force(c.optim.lr_scaling, c.horovod.op)} scaling, {c.optim.warmup_epochs:g} warmup epochs, "
         f"{c.optim.decay})\n"
         f"  batch {c.train.batch_size} per rank, {c.train.batch_size * w.size} global, "
         f"{steps} steps per epoch, epochs {start_epoch + 1}..{c.train.epochs}\n"

@@ -17,6 +17,15 @@ def scaled_lr(base_lr: float, world_size: int, rule: str) -> float:
     return base_lr * factor[rule]
 
 
+def scaling_in_force(rule: str, reduce_op: str) -> str:
+    """The lr scaling rule that applies: ``auto`` is linear for the average, and none for
+    Adasum, which already adds the ranks' gradients where they point apart (Horovod's Adasum
+    guide and its examples keep one worker's lr on CPU); any other rule is kept as asked."""
+    if rule != "auto":
+        return rule
+    return "none" if reduce_op == "adasum" else "linear"
+
+
 def lr_at_step(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int,
                total_steps: int, decay: str = "constant") -> float:
     """The lr for a global step: a linear ramp from base_lr to peak_lr over warmup_steps, then

@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import (callbacks, checkpoints, custom_loop, data, dist, evaluation, images,
-                      models, preflight, report, rundir, schedules)
+from hvdtrain import (callbacks, checkpoints, custom_loop, data, debug, dist, evaluation,
+                      images, models, preflight, report, rundir, schedules)
 from hvdtrain.config import Config, to_dict
 from hvdtrain.errors import UserError
 
@@ -68,6 +68,7 @@ class Trainer:
             setup = self.prepare()
             result = self._run_epochs(setup, extra=self.extra_callbacks)
         self.model = setup.model
+        debug.log_weights(setup.model, self.world.rank)
         summary = report.summary(
             self.config, self.world,
             resumed_from_epoch=setup.start_epoch if self.resume else None, steps=result.steps,
@@ -137,7 +138,7 @@ class Trainer:
             epochs=cfg.train.epochs, seed=cfg.train.seed, shuffle=cfg.data.shuffle,
             shuffle_buffer=cfg.data.shuffle_buffer, pad=not cfg.horovod.join_uneven)
         steps = stream.steps_per_epoch
-        peak_lr = schedules.scaled_lr(cfg.optim.lr, world.size, cfg.optim.lr_scaling)
+        peak_lr = self._peak_lr(world.size)
         if banner:
             self.say(report.banner(
                 cfg, world, data=setup.dataset.description,
@@ -217,10 +218,9 @@ class Trainer:
                                   start_epoch, restored)
             first = not self.world_sizes
             if not first:
-                o = self.config.optim
                 self.say(f"elastic: now {self.world.size} ranks (was {self.world_sizes[-1]}), "
                          f"going on from epoch {start_epoch + 1}, peak lr "
-                         f"{schedules.scaled_lr(o.lr, self.world.size, o.lr_scaling):g}")
+                         f"{self._peak_lr(self.world.size):g}")
             self.world_sizes.append(self.world.size)
             return setup, self._run_epochs(setup, banner=first, extra=[
                 callbacks.CommitEachEpoch(state), *self.extra_callbacks])
@@ -228,6 +228,12 @@ class Trainer:
         return train_on_current_ranks(state)
 
     # -----------------------------------------------------------------------------------------
+    def _peak_lr(self, world_size: int) -> float:
+        """The lr after warmup at this world size, by the scaling rule in force."""
+        o = self.config.optim
+        rule = schedules.scaling_in_force(o.lr_scaling, self.config.horovod.op)
+        return schedules.scaled_lr(o.lr, world_size, rule)
+
     def _load_data(self) -> data.DataSet:
         return data.load(self.config.data, self.config.train.seed)
 

@@ -197,7 +197,9 @@ def adasum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_adasum_on_the_custom_loop_is_adasum(tmp_path):
     # mpirun (Horovod implements Adasum over MPI). One step: each rank's whole shard (133
     # samples) in one batch; the replay combines the two ranks' gradients by Adasum.
-    settings = [*PLAIN_SGD, "train.epochs=1", "train.batch_size=200", "data.num_samples=333"]
+    # optim.lr_scaling is left at its default (auto: none under Adasum).
+    settings = [*(s for s in PLAIN_SGD if not s.startswith("optim.lr_scaling")),
+                "train.epochs=1", "train.batch_size=200", "data.num_samples=333"]
     args = [a for s in settings for a in ("--set", s)]
     ranks = train("mpi", 2, tmp_path / "adasum", *args, *CUSTOM, "--set", "horovod.op=adasum",
                   "--set", "run.tensorboard=false", "--set", "run.export=false")
@@ -212,10 +214,13 @@ def test_adasum_on_the_custom_loop_is_adasum(tmp_path):
     sgd_step(model, [adasum(a, b) for a, b in zip(*grads)], cfg.optim.lr)
     print("adasum vs replay, largest weight difference:",
           assert_same(ranks[0], model.get_weights(), atol=1e-5))
-    # Sharp: the plain average of the two gradients gives another step.
-    model.set_weights(start)
-    sgd_step(model, [(a + b) / 2 for a, b in zip(*grads)], cfg.optim.lr)
-    assert largest_difference(ranks[0], model.get_weights()) > 1e-4
+    # Sharp: the plain average of the two gradients gives another step, and so does the
+    # Adasum step at the linearly scaled lr (the default before Adasum had its own).
+    for grad, lr in (([(a + b) / 2 for a, b in zip(*grads)], cfg.optim.lr),
+                     ([adasum(a, b) for a, b in zip(*grads)], 2 * cfg.optim.lr)):
+        model.set_weights(start)
+        sgd_step(model, grad, lr)
+        assert largest_difference(ranks[0], model.get_weights()) > 1e-4
 
 
 def test_join_uneven_shards_finish_and_train_correctly(tmp_path):

@@ -15,6 +15,14 @@ def test_scaling_rules(size):
     assert schedules.scaled_lr(0.1, size, "none") == 0.1
 
 
+def test_auto_scaling_is_linear_for_the_average_and_none_for_adasum():
+    assert schedules.scaling_in_force("auto", "average") == "linear"
+    assert schedules.scaling_in_force("auto", "adasum") == "none"
+    # A rule asked for is kept, under Adasum too.
+    assert schedules.scaling_in_force("sqrt", "adasum") == "sqrt"
+    assert schedules.scaling_in_force("linear", "adasum") == "linear"
+
+
 def test_unknown_rule_and_bad_size():
     with pytest.raises(ValueError):
         schedules.scaled_lr(0.1, 2, "cubic")
