@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 
 from conftest import (BIN, Job, assert_ok, assert_stopped_with_one_line, hvdtrain,
-                      importable_from, launch, launch_command, snapshot)
-from hvdtrain import checkpoints
+                      importable_from, launch, launch_command, snapshot, weights)
+from hvdtrain import checkpoints, debug
 
 pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.beside]
 
@@ -276,10 +277,12 @@ def test_elastic_goes_on_without_a_killed_worker_even_rank_0(tmp_path):
     # no other worker with it. The new rank 0 goes on writing the same run directory.
     hosts = tmp_path / "hosts"
     hosts.write_text(f"localhost:1\n127.0.0.1:1\n{third_name_of_this_host()}:1\n")
-    run_dir = tmp_path / "run"
+    run_dir, finals = tmp_path / "run", tmp_path / "finals"
+    finals.mkdir()
     lost = run_and_act(elastic_command(hosts, 3, run_dir, "--epochs", "8"), r"epoch +2/8",
                        kill_rank("HOROVOD_RANK=0"),
-                       env={"HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_S)})
+                       env={"HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_S),
+                            debug.WEIGHTS_LOG_ENV: str(finals)})
     assert lost.status == 0, lost.output[-4000:]
     assert re.search(r"elastic: now 2 ranks \(was 3\), going on from epoch [23]", lost.output), \
         lost.output
@@ -290,6 +293,13 @@ def test_elastic_goes_on_without_a_killed_worker_even_rank_0(tmp_path):
     assert summary["elastic_world_sizes"] == [3, 2] and summary["world_size"] == 2
     assert summary["final_eval_accuracy"] >= MLP_BAR, summary
     assert epochs_logged(run_dir) == set(range(1, 9))
+    # The step traced at 3 ranks went on at 2 with the ranks in step: equal final weights.
+    # (Horovod averages by the size at run time: postscale 1/size in its Gloo and MPI ops.)
+    rank0, rank1 = (weights(finals / f"rank{r}.npz") for r in (0, 1))
+    assert len(rank0) == len(rank1) > 0 and sorted(p.name for p in finals.iterdir()) == [
+        "rank0.npz", "rank1.npz"]
+    for a, b in zip(rank0, rank1):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_elastic_takes_in_an_added_worker_at_the_next_commit(tmp_path):
