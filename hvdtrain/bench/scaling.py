@@ -127,6 +127,15 @@ def step_timer(delay_s: float = 0.0):
     return StepTimer()
 
 
+def timed_repeats(epochs: list[list[float]], warmup: int, batch_size: int
+                  ) -> dict[str, list[float]]:
+    """A step timer's epochs past ``warmup``: each repeat's seconds (first step's end to last
+    step's end) and the samples its steps after the first trained."""
+    timed = epochs[warmup:]
+    return {"seconds": [steps[-1] - steps[0] for steps in timed],
+            "samples": [(len(steps) - 1) * batch_size for steps in timed]}
+
+
 def rank_main(options: dict[str, Any]) -> None:
     """One rank of one launch: train ``options['epochs']`` epochs, time each, and have rank 0
     write every rank's figures to ``options['out']``."""
@@ -140,11 +149,8 @@ def rank_main(options: dict[str, Any]) -> None:
     timer = step_timer(slow_rank_delay(os.environ.get(SLOW_RANK_ENV, ""), world.rank))
     summary = trainer.Trainer(cfg, world, extra_callbacks=[timer]).train()
 
-    warmup = options["warmup_epochs"]
-    timed = timer.epochs[warmup:]
     mine = {"rank": world.rank, "params": summary["params"],
-            "seconds": [steps[-1] - steps[0] for steps in timed],
-            "samples": [(len(steps) - 1) * cfg.train.batch_size for steps in timed],
+            **timed_repeats(timer.epochs, options["warmup_epochs"], cfg.train.batch_size),
             "cores": sorted(os.sched_getaffinity(0)), "pinned_by_hvdtrain_bench": pinned,
             "intra_op_threads": world.intra_op_threads,
             "inter_op_threads": world.inter_op_threads,
@@ -160,14 +166,13 @@ def rank_main(options: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Driver
 
-def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
-            python: str = sys.executable) -> dict[str, Any]:
-    """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals.
-    ``python``: the interpreter (and so the stack) the ranks run on."""
+def job_options(workload: Workload, ranks: int, plan: Plan, work_dir: Path) -> dict[str, Any]:
+    """What every process of one measured job of ``ranks`` ranks reads: the preset and its
+    settings (each rank ``plan.steps_per_repeat`` + 1 full batches an epoch), the warmup, and
+    the file rank 0 writes the figures to."""
     steps = plan.steps_per_repeat + 1
     num_samples, eval_fraction = synthetic_sizes(ranks, workload.batch_size, steps)
     run_dir = work_dir / f"{workload.name}-{ranks}-{time.monotonic_ns()}"
-    out = run_dir.with_suffix(".json")
     assignments = [f"train.batch_size={workload.batch_size}", f"train.epochs={plan.epochs}",
                    "train.eval_every=0", f"data.num_samples={num_samples}",
                    f"data.eval_fraction={eval_fraction!r}",
@@ -175,8 +180,17 @@ def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
                    f"data.num_classes={workload.num_classes}",
                    "run.export=false", "run.tensorboard=false", "run.progress_every_s=0",
                    f"run.run_dir={run_dir}"]
-    options = {"preset": workload.preset, "assignments": assignments, "out": str(out),
-               "warmup_epochs": plan.warmup_epochs, "launcher": plan.launcher}
+    return {"preset": workload.preset, "assignments": assignments,
+            "out": str(run_dir.with_suffix(".json")), "warmup_epochs": plan.warmup_epochs,
+            "launcher": plan.launcher}
+
+
+def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
+            python: str = sys.executable) -> dict[str, Any]:
+    """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals.
+    ``python``: the interpreter (and so the stack) the ranks run on."""
+    options = job_options(workload, ranks, plan, work_dir)
+    out = Path(options["out"])
     command = common.launch_command(plan.launcher, ranks,
                                     common.rank_argv("hvdtrain.bench.scaling", options,
                                                      python))
