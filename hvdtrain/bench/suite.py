@@ -1,38 +1,18 @@
-"""``hvdtrain bench``: the benchmarks of the registry behind one command line, and ``all``,
-which runs every one and rewrites the results block of benchmarks/README.md."""
+"""``hvdtrain bench``: running the benchmark the command line chose (hvdtrain.commands.bench
+parses it), and ``all``, which runs every one and rewrites the results block of
+benchmarks/README.md."""
 from __future__ import annotations
 
 import argparse
 import re
-import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
 
 from hvdtrain.bench import common, registry
 from hvdtrain.errors import UserError
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
-
-
-def parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """``hvdtrain bench``'s own command line (the CLI imports this module for bench alone)."""
-    bench = parser_class(
-        prog="hvdtrain bench",
-        description="Measures how hvdtrain scales on this machine. Each benchmark launches its "
-                    "own jobs (mpirun, horovodrun, tf.distribute processes): run it in one "
-                    "plain process, not under a launcher.")
-    registry.add_parsers(bench, parser_class)
-    return bench
-
-
-def main(argv: Sequence[str], parser_class: type[argparse.ArgumentParser]) -> int:
-    """``hvdtrain bench ARGV``."""
-    args = parser(parser_class).parse_args(argv)
-    args.command_line = (" ".join(["hvdtrain bench", *map(shlex.quote, sys.argv[2:])])
-                         if Path(sys.argv[0]).name == "hvdtrain" else None)
-    return run(args)
 
 
 def run(args: argparse.Namespace) -> int:
