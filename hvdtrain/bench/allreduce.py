@@ -21,6 +21,7 @@ messages); the time of a batch is the slowest rank's, and the figure is the medi
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from hvdtrain.bench import common
+from hvdtrain.bench import common, registry
 
 KIB, MIB = 1 << 10, 1 << 20
 FULL_SIZES = tuple(4 * KIB * 4 ** k for k in range(8))       # 4 KiB .. 64 MiB
@@ -261,6 +262,18 @@ def plot(out_dir: Path, result: dict[str, Any]) -> None:
     common.plot_lines(out_dir / "allreduce.png", series, title="All-reduce bus bandwidth",
                       xlabel="message size (bytes)", ylabel="busbw (GB/s)", logx=True,
                       logy=True)
+
+
+
+def main(args: argparse.Namespace) -> None:
+    """``hvdtrain bench allreduce``."""
+    run(Path(args.out), quick=args.quick)
+
+
+BENCHMARK = registry.Benchmark(
+    name="allreduce",
+    help="all-reduce bus bandwidth against message size (Horovod, MPI, Gloo)",
+    main=main, title="All-reduce bus bandwidth")
 
 
 if __name__ == "__main__":

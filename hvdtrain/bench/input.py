@@ -24,6 +24,7 @@ Goal (issue 14): pipeline >= 2 x step for every model and source. Each rate is t
 """
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -34,7 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hvdtrain.bench import common
+from hvdtrain.bench import common, registry
+from hvdtrain.errors import UserError
 
 GOAL = 2.0
 SOURCES = ("digits", "synthetic", "npz", "tfrecord", "tfrecord-streamed", "images")
@@ -239,6 +241,33 @@ def plot(out_dir: Path, result: dict[str, Any]) -> None:
     common.plot_bars(out_dir / "input.png", groups, title="Input pipeline / training step",
                      ylabel="pipeline samples/s / step samples/s", logy=True,
                      reference=result["goal"], reference_label=f"goal {result['goal']:g}x")
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line: hvdtrain bench input
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """bench input's options."""
+    parser.add_argument("--threads", type=int, default=1,
+                        help="the rank's cores and intra-op threads (default 1: one core "
+                             "per rank, as bench scaling)")
+
+
+def main(args: argparse.Namespace) -> None:
+    """``hvdtrain bench input``; UserError when --threads is more than this process's cores."""
+    cores = len(os.sched_getaffinity(0))
+    if not 1 <= args.threads <= cores:
+        raise UserError(f"--threads={args.threads}: expected 1 to the {cores} cores this "
+                        f"process may use")
+    run(Path(args.out), quick=args.quick, threads=args.threads)
+
+
+BENCHMARK = registry.Benchmark(
+    name="input", help="one rank's input pipeline against its training step, every source "
+                       "and bundled model (samples/s)",
+    main=main, add_arguments=add_arguments, title="Input pipeline against the training step",
+    options_in_all=False)
 
 
 if __name__ == "__main__":

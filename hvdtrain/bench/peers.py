@@ -21,6 +21,7 @@ start of training to the end of the first epoch with eval accuracy >= 95%.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain import launching, placement
-from hvdtrain.bench import common
+from hvdtrain.bench import common, registry
 
 SYSTEMS = ("single", "hvdtrain", "mwms", "ps")
 # tf.distribute's multi-worker strategies train with Keras 2's fit only. On Keras 3 (TensorFlow
@@ -393,6 +394,18 @@ def plot(out_dir: Path, result: dict[str, Any]) -> None:
                       xlabel="seconds since training began", ylabel="eval accuracy",
                       reference=([0, max(max(xs) for xs, _ in series.values())],
                                  [TARGET_ACCURACY] * 2), reference_label="95%")
+
+
+
+def main(args: argparse.Namespace) -> None:
+    """``hvdtrain bench peers``."""
+    run(Path(args.out), quick=args.quick)
+
+
+BENCHMARK = registry.Benchmark(
+    name="peers", help="hvdtrain against MultiWorkerMirroredStrategy, ParameterServerStrategy "
+                       "and one process, on digits",
+    main=main, title="hvdtrain against tf.distribute's strategies")
 
 
 if __name__ == "__main__":

@@ -16,11 +16,12 @@ Del Balso, 2018) reports 90% at 512 GPUs for ResNet-101 and Inception V3 and 68%
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from hvdtrain.bench import common
+from hvdtrain.bench import common, registry
 from hvdtrain.errors import UserError
 
 RANKS = (8, 64, 512)
@@ -125,3 +126,27 @@ def plot(out_dir: Path, result: dict[str, Any]) -> None:
               for r in result["rows"]}
     common.plot_lines(out_dir / "project.png", series, title="Projected efficiency (ring model)",
                       xlabel="ranks", ylabel="efficiency", logx=True)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line: hvdtrain bench project
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """bench project's options (bench all's too)."""
+    parser.add_argument("--link-gbitps", type=float, default=CLUSTER_LINK_GBITPS,
+                        help=f"cluster link bandwidth for the projection (default "
+                             f"{CLUSTER_LINK_GBITPS:g})")
+    parser.add_argument("--latency-us", type=float, default=CLUSTER_LATENCY_US,
+                        help=f"cluster latency per hop for the projection (default "
+                             f"{CLUSTER_LATENCY_US:g})")
+
+
+def main(args: argparse.Namespace) -> None:
+    """``hvdtrain bench project``: from scaling.json and allreduce.json in --out."""
+    run(Path(args.out), link_gbitps=args.link_gbitps, latency_us=args.latency_us)
+
+
+BENCHMARK = registry.Benchmark(
+    name="project", help="ring-model efficiency at 8, 64, 512 ranks from the measured figures",
+    main=main, add_arguments=add_arguments, quick=False, title="Projection past this machine")

@@ -11,6 +11,7 @@ repeat, never rank 0's rate times N. Weak-scaling efficiency is T_N / (N * T_1) 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -20,7 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from hvdtrain.bench import common
+from hvdtrain import launching
+from hvdtrain.bench import common, registry
+from hvdtrain.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,62 @@ def plot(out_dir: Path, result: dict) -> None:
     common.plot_lines(out_dir / "scaling.png", series, title="Weak-scaling efficiency",
                       xlabel="ranks (one core each)", ylabel="T_N / (N * T_1)",
                       reference=(sizes, [1.0] * len(sizes)), reference_label="ideal")
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line: hvdtrain bench scaling
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """bench scaling's options (bench all's too)."""
+    parser.add_argument("--models", default=None,
+                        help="comma list of mobilenetv2, resnet_small, mlp (default: "
+                             "mobilenetv2,resnet_small; --quick: mlp)")
+    parser.add_argument("--world-sizes", default="1,2", help="comma list (default 1,2)")
+    parser.add_argument("--launcher", choices=launching.LAUNCHERS, default="mpi",
+                        help="mpi (mpirun --bind-to core, default) or gloo (horovodrun)")
+    parser.add_argument("--horovod-synthetic", metavar="PATH", type=Path,
+                        help="Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark"
+                             ".py: also compare with it (skipped when absent)")
+
+
+def world_sizes(text: str) -> tuple[int, ...]:
+    """--world-sizes ``text``, a comma list of positive integers such as 1,2, as a tuple;
+    UserError otherwise."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise UserError(f"--world-sizes={text!r}: expected positive integers such as 1,2")
+    return values
+
+
+def model_names(text: str | None, quick: bool) -> list[str]:
+    """The WORKLOADS named by the comma list ``text`` (None: the default for ``quick``);
+    UserError on a name that is not one."""
+    names = (text or ("mlp" if quick else "mobilenetv2,resnet_small")).split(",")
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise UserError(f"unknown benchmark model {unknown[0]!r}; choose from "
+                        f"{', '.join(WORKLOADS)}")
+    return names
+
+
+def main(args: argparse.Namespace) -> None:
+    """``hvdtrain bench scaling``: the plan from the options, Horovod's own benchmark beside
+    it when --horovod-synthetic names it, then every model at every world size."""
+    from hvdtrain.bench import versus_horovod  # it imports this module
+    base = QUICK if args.quick else FULL
+    plan = Plan(world_sizes=world_sizes(args.world_sizes),
+                warmup_epochs=base.warmup_epochs, repeats=base.repeats,
+                steps_per_repeat=base.steps_per_repeat, launcher=args.launcher)
+    versus = versus_horovod.run(args.horovod_synthetic, quick=args.quick)
+    run(Path(args.out), models=model_names(args.models, args.quick), plan=plan, versus=versus)
+
+
+BENCHMARK = registry.Benchmark(
+    name="scaling", help="throughput and weak-scaling efficiency against world size",
+    main=main, add_arguments=add_arguments, title="Throughput against world size")
 
 
 if __name__ == "__main__":

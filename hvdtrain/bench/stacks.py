@@ -12,6 +12,7 @@ wait for the slower rank). The result is the median over rounds of the per-round
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 import sys
@@ -20,7 +21,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hvdtrain.bench import common, scaling
+from hvdtrain.bench import common, registry, scaling
+from hvdtrain.errors import UserError
 
 SPREAD_LIMIT = 0.10  # a ratio whose rounds spread wider than this is noise, not a result
 
@@ -106,3 +108,36 @@ def markdown(result: dict[str, Any]) -> str:
         f"{loads}. Ratios: median over rounds of A / B (spread = (max - min) / median; "
         f"'noise' past {SPREAD_LIMIT:.0%}).", "",
         common.markdown_table(["figure", "A (median)", "B (median)", "A / B"], rows)])
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line: hvdtrain bench stacks
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """bench stacks' options."""
+    parser.add_argument("--other-venv", type=Path, required=True,
+                        help="the other stack's virtualenv (e.g. .venv-keras2)")
+    parser.add_argument("--model", default="mlp", help="mobilenetv2, resnet_small or mlp "
+                                                       "(default mlp)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps per repeat (default 8; more for a small model)")
+
+
+def main(args: argparse.Namespace) -> None:
+    """``hvdtrain bench stacks``; UserError when --other-venv has no Python or --model is not
+    a benchmark model."""
+    other = args.other_venv / "bin" / "python"
+    if not other.exists():
+        raise UserError(f"{other} not found: --other-venv takes a virtualenv made by "
+                        f"'make install STACK=...', e.g. .venv-keras2")
+    scaling.model_names(args.model, args.quick)
+    run(Path(args.out), other_python=str(other), model=args.model, rounds=args.rounds,
+        quick=args.quick, steps=args.steps)
+
+
+BENCHMARK = registry.Benchmark(
+    name="stacks", help="this stack against another (e.g. Keras 3 against Keras 2), "
+                        "interleaved rounds of 1- and 2-rank training",
+    main=main, add_arguments=add_arguments)
