@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launching.py), not here.
 
-.PHONY: install demo test test-core test-fast unit bench bench-quick compat clean
+.PHONY: install demo lint test test-core test-fast unit bench bench-quick compat clean
 
 install:
 	@$(call SETUP,$(STACK),$(VENV))
@@ -26,12 +26,24 @@ install:
 demo: install
 	run_scripts/local.sh $(NP) --preset digits
 
-# The whole suite on $(STACK) (unit tests, real multi-rank runs under horovodrun and mpirun),
-# its multi-rank tests in one lane and beside them the correctness core on $(OTHER_STACK), one
-# launcher per test, in turn (OTHER_STACK= skips it), then $(STACK)'s unit tests and the fault
-# tests; then the SLURM tests alone (scripts/test_lanes.sh).
+# ruff over hvdtrain/ and tests/, mypy over hvdtrain/ (configured in pyproject.toml), seconds:
+# mypy checks that dist/keras2.py and dist/keras3.py both provide dist/binding.py's KerasBinding.
+define run_lint
+	$(VENV)/bin/ruff check hvdtrain tests
+	$(VENV)/bin/mypy
+endef
+
+lint:
+	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
+	$(run_lint)
+
+# The lint first (as `make lint`), then the whole suite on $(STACK) (unit tests, real multi-rank
+# runs under horovodrun and mpirun), its multi-rank tests in one lane and beside them the
+# correctness core on $(OTHER_STACK), one launcher per test, in turn (OTHER_STACK= skips it), then
+# $(STACK)'s unit tests and the fault tests; then the SLURM tests alone (scripts/test_lanes.sh).
 test:
 	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
+	$(run_lint)
 	$(if $(OTHER_STACK),@$(call SETUP,$(OTHER_STACK),$(OTHER_VENV)))
 	scripts/test_lanes.sh $(VENV) $(if $(OTHER_STACK),$(OTHER_VENV))
 

@@ -186,8 +186,9 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class HorovodConfig:
-    compression: Compression = _help("none | fp16: gradients cast to float16 for the all-reduce (half "
-                             "the bytes on the wire, ~3 significant digits)", default="none")
+    compression: Compression = _help("none | fp16: gradients cast to float16 for the all-reduce "
+                                     "(half the bytes on the wire, ~3 significant digits)",
+                                     default="none")
     backward_passes_per_step: int = _help("k: accumulate the gradients of k batches locally, "
                                           "then all-reduce and apply once (an effective batch "
                                           "of k * batch_size per rank; custom loop only)",
@@ -275,7 +276,8 @@ def to_dict(config: Config) -> dict[str, Any]:
         return list(v) if isinstance(v, tuple) else v
     out: dict[str, Any] = {"preset": config.preset}
     for section in SECTIONS:
-        out[section] = {k: plain(v) for k, v in dataclasses.asdict(getattr(config, section)).items()}
+        fields = dataclasses.asdict(getattr(config, section))
+        out[section] = {k: plain(v) for k, v in fields.items()}
     return out
 
 

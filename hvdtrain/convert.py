@@ -42,6 +42,7 @@ def _samples(split: data.Split, order: np.ndarray,
         pixels = _uint8(split.x[order], where)
         yield from zip(pixels, split.y[order].tolist())
         return
+    assert isinstance(split, images.ImageFiles)  # convert reads .npz files and image folders
     paths = [split.paths[i] for i in order]
     # Decoded in parallel, in order: a failure surfaces at the position of its file.
     stream = images.decoded(paths, split.image_shape).as_numpy_iterator()

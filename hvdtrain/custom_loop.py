@@ -100,7 +100,7 @@ class TrainStep:
         losses, logits = self.loss_fn(self.model, x, y)
         loss = tf.reduce_mean(losses)
         if self.model.losses:  # regularization, as Keras fit adds it
-            loss += tf.add_n([tf.cast(l, tf.float32) for l in self.model.losses])
+            loss += tf.add_n([tf.cast(term, tf.float32) for term in self.model.losses])
         return loss, losses, logits
 
     def _reduce_and_apply_step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:

@@ -14,6 +14,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -229,7 +230,7 @@ def shard_ids(split: Split, rank: int, size: int, first_epoch: int, epochs: int,
     return [str(i) for i in records.own_positions(split, rank, size)]
 
 
-def _log_shard(split: Split, rank: int, size: int, *order: object) -> None:
+def _log_shard(split: Split, rank: int, size: int, *order: Any) -> None:
     folder = os.environ.get(SHARD_LOG_ENV)
     if folder:   # named by the launcher's rank: a control may build another rank's stream
         ids = shard_ids(split, rank, size, *order)

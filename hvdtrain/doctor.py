@@ -104,8 +104,8 @@ def probe_checks() -> list[Check]:
     facts_line = next((line for line in output.splitlines() if line.startswith("{")), None)
     if facts_line is None:
         last = ([line for line in output.splitlines() if line.strip()] or ["no output"])[-1]
-        return [Check("tensorflow", False, f"import tensorflow failed: {last[:200]}: "
-                                           f"pip install --force-reinstall '{horovod_install.TENSORFLOW_PIN}'")]
+        reinstall = f"pip install --force-reinstall '{horovod_install.TENSORFLOW_PIN}'"
+        return [Check("tensorflow", False, f"import tensorflow failed: {last[:200]}: {reinstall}")]
     facts = json.loads(facts_line)
     checks = [check_keras(facts["keras"]), check_gpus(facts["gpus"])]
     installed = horovod_install.distribution_version("horovod")

@@ -69,7 +69,8 @@ def tensorflow_problem(version: str | None) -> str | None:
     low, high = (".".join(map(str, v)) for v in TENSORFLOW_RANGE)
     install = f"pip install '{TENSORFLOW_PIN}'"
     if version is None:
-        return f"TensorFlow is not installed in {sys.executable}: {install} (or tensorflow for GPUs)"
+        return (f"TensorFlow is not installed in {sys.executable}: {install} "
+                f"(or tensorflow for GPUs)")
     if not TENSORFLOW_RANGE[0] <= minor(version) <= TENSORFLOW_RANGE[1]:
         return f"TensorFlow {version} is outside hvdtrain's range {low} to {high}: {install}"
     return None
@@ -205,6 +206,7 @@ def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
     problem = tensorflow_problem(tensorflow)
     if problem:
         raise UserError(problem)
+    assert tensorflow is not None  # tensorflow_problem refuses a missing TensorFlow
     installed = distribution_version("horovod")
     problem = (f"horovod {installed} is installed, hvdtrain needs {HOROVOD_VERSION}"
                if installed and installed != HOROVOD_VERSION else

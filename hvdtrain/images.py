@@ -30,7 +30,7 @@ class ImageFiles:
     """A split of an image folder: paths with their class ids, and the shape they decode to."""
     paths: tuple[str, ...]
     labels: np.ndarray           # int32 [n], ids into class_names
-    image_shape: tuple[int, int, int]
+    image_shape: tuple[int, ...]  # (H, W, C)
     class_names: tuple[str, ...]
     cache: str = "off"           # data.cache: on, off, auto (see ``cached``)
 
@@ -154,8 +154,8 @@ def check_shardable(images: ImageFiles, size: int) -> None:
         members = np.flatnonzero(images.labels == label)
         if len(members) < size:
             folder = os.path.dirname(images.paths[members[0]])
-            raise UserError(f"class folder {folder} holds {len(members)} training images but {size} "
-                            f"ranks were launched: each rank takes a share of every class; "
+            raise UserError(f"class folder {folder} holds {len(members)} training images but "
+                            f"{size} ranks were launched: each rank takes a share of every class; "
                             f"add images to it or launch at most {len(members)} ranks")
 
 

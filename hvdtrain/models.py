@@ -66,7 +66,7 @@ def embedding(input_shape: tuple[int, ...], num_classes: int,
 
 
 @tf.keras.utils.register_keras_serializable(package="hvdtrain")
-class PositionTokens(layers.Layer):
+class PositionTokens(tf.keras.layers.Layer):
     """Values in [0, 1] quantized to ``levels`` levels, as a token per (position, level):
     token = position * levels + level, one embedding row per pair. A layer class rather than a
     Lambda, so that an exported model loads back (Keras 3 refuses to load Python lambdas)."""

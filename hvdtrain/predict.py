@@ -63,8 +63,8 @@ def request(run_dir: str, input_spec: str, out: str | None, *, overwrite: bool,
         raise UserError(f"--batch-size must be >= 1, got {batch_size}")
     check_output(target, overwrite)
     return Request(folder, model_dir if model_dir.is_dir() else None,
-                   None if model_dir.is_dir() else latest[1], input_spec, target, overwrite,
-                   batch_size)
+                   latest[1] if latest and not model_dir.is_dir() else None, input_spec, target,
+                   overwrite, batch_size)
 
 
 def check_output(path: Path, overwrite: bool) -> None:
@@ -108,6 +108,7 @@ def load_model(req: Request, config: Config) -> tuple[tf.keras.Model, list[str]]
         names = class_names(req.run_dir) or data.load(config.data, config.train.seed).names()
         tf.keras.mixed_precision.set_global_policy(config.train.precision)
         model = models.build(config.model, data.input_shape(config.data), len(names))
+        assert req.checkpoint is not None  # request(): no model/ means a checkpoint
         checkpoints.restore_weights(model, req.checkpoint)
     outputs = int(model.outputs[0].shape[-1])
     names = names or [str(i) for i in range(outputs)]
@@ -176,7 +177,8 @@ def write_csv(path: Path, names: Sequence[str], classes: Sequence[str], scores: 
 def run(req: Request, config: Config, world: dist.World) -> None:
     """Every rank: load and check (all stop together on a problem), score its shard; rank 0
     gathers and writes."""
-    problem, model, names, inputs = None, None, [], None
+    problem, model, inputs = None, None, None
+    names: list[str] = []
     try:
         model, names = load_model(req, config)
         inputs = predict_inputs.read(req.input, input_shape(model), config)
@@ -187,6 +189,7 @@ def run(req: Request, config: Config, world: dist.World) -> None:
     except UserError as e:
         problem = str(e)
     dist.agree_or_fail(problem, world)  # Horovod: all ranks stop together, or none does
+    assert inputs is not None  # read: no rank had a problem
     share = len(sharding.shard_indices(len(inputs), world.rank, world.size))
     label = f"predicting (rank 0 of {world.size})" if world.size > 1 else "predicting"
     progress = Progress(share, label=label) if world.is_chief and share else None

@@ -41,10 +41,12 @@ def check(config: Config, world: dist.World, load: Callable[[], DataSet]) -> Dat
         try:
             dataset = load()
             problem = sharding.enough_samples_problem(len(dataset.train), world.size)
-            if not problem and isinstance(dataset.train, images.ImageFiles):
+            if (not problem and isinstance(dataset.train, images.ImageFiles)
+                    and isinstance(dataset.eval, images.ImageFiles)):
                 images.check_ready(dataset.train, dataset.eval, world.rank, world.size,
                                    config.data.verify_images)
         except UserError as e:
             problem = str(e)
     dist.agree_or_fail(problem, world)  # Horovod: all ranks stop together, or none does
+    assert dataset is not None  # loaded: no rank had a problem
     return dataset

@@ -113,6 +113,7 @@ class Trainer:
         except UserError as e:
             problem = str(e)
         dist.agree_or_fail(problem, self.world)  # Horovod: all ranks stop together, or none
+        assert dataset is not None  # loaded: no rank had a problem
         model, optimizer, checkpoint = self._build(dataset)
 
         def restore_latest() -> int:
@@ -253,6 +254,7 @@ class Trainer:
             dist.agree_or_fail(problem, self.world)  # Horovod: all ranks stop together, or none
         elif problem:
             raise UserError(problem)
+        assert model is not None  # built: no rank had a problem
         optimizer = self._optimizer()
         models.compile_classifier(model, optimizer)
         optimizer.build(model.trainable_variables)

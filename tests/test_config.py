@@ -105,7 +105,8 @@ def test_help_documents_every_key():
     text = overrides.describe()
     for key in overrides.all_keys():
         assert key in text
-    assert len(overrides.all_keys()) == sum(len(dataclasses.fields(c)) for c in config.SECTIONS.values())
+    fields = sum(len(dataclasses.fields(c)) for c in config.SECTIONS.values())
+    assert len(overrides.all_keys()) == fields
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -129,7 +130,9 @@ def test_cli_user_mistakes_exit_2_with_one_line(argv, fragment, capsys):
 
 
 HEAVY = ("hvdtrain.bench", "tensorflow", "horovod")
-LOADED = "import sys, {imports}; print(sorted({{m.split('.')[0] + ('.bench' if m.startswith('hvdtrain.bench') else '') for m in sys.modules if m.startswith({heavy!r})}}))"
+LOADED = ("import sys, {imports}; print(sorted({{m.split('.')[0] + "
+          "('.bench' if m.startswith('hvdtrain.bench') else '') "
+          "for m in sys.modules if m.startswith({heavy!r})}}))")
 
 
 def _modules_after(imports: str) -> str:

@@ -290,7 +290,8 @@ def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     assert re.findall(r"^epoch +(\d+)/10 +loss", job.output, re.M) == [
         str(e) for e in range(1, 11)]
     # The same outputs as fit writes.
-    epochs = [json.loads(l)["epoch"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    epochs = [json.loads(line)["epoch"] for line in lines]
     assert epochs == list(range(1, 11))
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
         "epoch-0008", "epoch-0009", "epoch-0010"]

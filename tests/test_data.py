@@ -110,9 +110,10 @@ def test_npz_loads_and_scales_uint8(tmp_path):
     assert together.dtype == np.float32
     assert together.min() >= 0.0 and together.max() == pytest.approx(1.0)
     # Every original row is there exactly once, divided by 255, with its own label.
-    expected = {(r.astype(np.float32) / 255).round(5).tobytes(): int(l) for r, l in zip(x, y)}
-    got = {r.round(5).tobytes(): int(l)
-           for r, l in zip(together, np.concatenate([ds.train.y, ds.eval.y]))}
+    expected = {(r.astype(np.float32) / 255).round(5).tobytes(): int(label)
+                for r, label in zip(x, y)}
+    got = {r.round(5).tobytes(): int(label)
+           for r, label in zip(together, np.concatenate([ds.train.y, ds.eval.y]))}
     assert got == expected
 
 

@@ -190,7 +190,8 @@ def assert_same_as_straight(job, resumed: Path, straight: Path) -> None:
         np.testing.assert_allclose(x, y, rtol=0, atol=1e-6, err_msg="weights")
     assert "resuming" in job.output and "after epoch 2" in job.output
     assert re.findall(r"epoch (\d)/4 +loss", job.output) == ["3", "4"]
-    epochs = [json.loads(l)["epoch"] for l in (resumed / "metrics.jsonl").read_text().splitlines()]
+    lines = (resumed / "metrics.jsonl").read_text().splitlines()
+    epochs = [json.loads(line)["epoch"] for line in lines]
     assert epochs == [1, 2, 3, 4]
 
 

@@ -126,8 +126,8 @@ def wait_for_checkpoint(cluster: SlurmCluster, job: Job, epoch: int) -> None:
         assert state in {"PENDING", "RUNNING", "CONFIGURING"}, f"{state}:\n{job.output()}"
         if time.monotonic() > deadline:
             cluster.cancel(job.id)
-            pytest.fail(f"job {job.id}: no checkpoint of epoch {epoch} or later in {JOB_LIMIT_S} s\n"
-                        f"{job.output()}")
+            pytest.fail(f"job {job.id}: no checkpoint of epoch {epoch} or later in "
+                        f"{JOB_LIMIT_S} s\n{job.output()}")
         time.sleep(0.1)
 
 

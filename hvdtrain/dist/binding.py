@@ -2,28 +2,16 @@
 per process. Everything that depends on the Keras version goes through these functions;
 ``hvdtrain.dist`` re-exports them.
 
-KerasBinding, the functions every binding module provides:
-  distributed_optimizer(optimizer, options)  the optimizer whose update all-reduces gradients
-  distributed_tape(tape, options)            a tape whose gradient() returns reduced gradients
-  broadcast_variables(variables, root_rank)  root's values into every rank's variables
-  broadcast_callback(root_rank)              a fit callback: root's initial state everywhere
-  metric_average_callback()                  averages the epoch's train metrics over ranks
-  optimizer_variables(optimizer)             the optimizer's state, as a list of variables
-  elastic_state(model, optimizer, **values)  what elastic training commits and syncs
-  run_elastic(train)                         the elastic retry loop around ``train(state)``
-  save_model(model, path)                    the export format this Keras loads back
-  load_model(folder)                         that export, uncompiled, for inference
-  scale_loss(optimizer, loss)                a LossScaleOptimizer's scaled loss ...
-  unscale_gradients(optimizer, gradients)    ... and its gradients unscaled (Keras 2 only)
-  apply_scaled_gradients(optimizer, grads, variables)  ... or applied, unscaled on the way
+``KerasBinding`` declares the functions every binding module (keras2.py, keras3.py) provides,
+with their signatures; ``_keras_binding`` returns each module as one, so that mypy (``make
+lint``) fails when a binding lacks a function or its signature drifts.
 """
 from __future__ import annotations
 
 import functools
 import importlib.metadata
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import tensorflow as tf
 
@@ -33,6 +21,54 @@ from hvdtrain.errors import UserError
 T = TypeVar("T")
 
 
+class KerasBinding(Protocol):
+    """The functions a binding module provides (its module-level functions, checked by mypy)."""
+
+    def distributed_optimizer(self, optimizer: tf.keras.optimizers.Optimizer,
+                              options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
+        """The optimizer whose update all-reduces the gradients first."""
+
+    def distributed_tape(self, tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
+        """A tape whose gradient() returns reduced gradients."""
+
+    def broadcast_variables(self, variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
+        """Root's values into every rank's variables."""
+
+    def broadcast_callback(self, root_rank: int = 0) -> tf.keras.callbacks.Callback:
+        """A fit callback: root's initial state on every rank."""
+
+    def metric_average_callback(self) -> tf.keras.callbacks.Callback:
+        """A fit callback: the epoch's train metrics averaged over ranks."""
+
+    def optimizer_variables(self, optimizer: tf.keras.optimizers.Optimizer) -> list[tf.Variable]:
+        """The optimizer's state, as a list of variables."""
+
+    def elastic_state(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
+                      **values: Any) -> Any:
+        """What elastic training commits and syncs."""
+
+    def run_elastic(self, train: Callable[[Any], T]) -> Callable[[Any], T]:
+        """The elastic retry loop around ``train(state)``."""
+
+    def save_model(self, model: tf.keras.Model, path: Path) -> None:
+        """The export in the format this Keras loads back."""
+
+    def load_model(self, folder: Path) -> tf.keras.Model:
+        """That export, uncompiled, for inference."""
+
+    def scale_loss(self, optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
+        """A LossScaleOptimizer's scaled loss ..."""
+
+    def unscale_gradients(self, optimizer: tf.keras.optimizers.Optimizer,
+                          gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+        """... its gradients unscaled (Keras 2 only) ..."""
+
+    def apply_scaled_gradients(self, optimizer: tf.keras.optimizers.Optimizer,
+                               gradients: list[tf.Tensor],
+                               variables: Sequence[tf.Variable]) -> None:
+        """... or applied, unscaled, checked for inf/NaN on the way."""
+
+
 def keras_version() -> str:
     # Keras 3's tf.keras has __version__; Keras 2's (TensorFlow 2.15) does not, but its package
     # metadata says which.
@@ -40,7 +76,7 @@ def keras_version() -> str:
 
 
 @functools.cache
-def _keras_binding() -> ModuleType:
+def _keras_binding() -> KerasBinding:
     if keras_version().startswith("2."):
         from hvdtrain.dist import keras2
         return keras2

@@ -4,7 +4,7 @@ Horovod's optimizer, tape and accumulation all call its ``_make_allreduce_grads_
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import tensorflow as tf
 
@@ -27,12 +27,13 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     sparse ones (IndexedSlices, from embeddings) are reduced each on its own, apart from the
     dense ones, unless sparse_as_dense makes them dense first. Adasum reduces every tensor on
     its own. ``name`` must be the same on every rank and differ between call sites."""
-    out = list(gradients)
+    out: list[Any] = list(gradients)
     # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
     # under elastic training, where a step traced at size 1 may run after workers join.
     if hvd.size() == 1 and not int(os.environ.get("HOROVOD_ELASTIC", 0)):
         return out
-    dense, sparse = [], []
+    dense: list[int] = []
+    sparse: list[int] = []
     for i, grad in enumerate(out):
         if grad is None:
             continue
