@@ -8,7 +8,8 @@ import warnings
 import pytest
 
 from conftest import assert_ok, hvdtrain, keras_major, run_job
-from hvdtrain.bench import allreduce, peers, project, scaling, stacks, suite, versus_horovod
+from hvdtrain.bench import (allreduce, peers, project, scaling, stacks, suite, tax,
+                            versus_horovod)
 from hvdtrain.bench import input as input_bench
 
 
@@ -105,6 +106,17 @@ def test_stack_ratios_are_per_round_medians_and_wide_spreads_are_noise():
     assert stacks.ratios(rounds, "this", "other")["samples_per_sec_1"]["noise"]
 
 
+def test_the_tax_is_a_per_round_median_and_wide_spreads_are_noise():
+    # Round 2 ran on a slower machine for both sides: the per-round ratio cancels it.
+    rounds = [{"plain": 100.0, "hvdtrain": 98.0}, {"plain": 50.0, "hvdtrain": 49.0},
+              {"plain": 100.0, "hvdtrain": 99.0}]
+    ratio = tax.ratio_summary(rounds)
+    assert ratio["median"] == pytest.approx(0.98) and not ratio["noise"]
+    rounds[1]["hvdtrain"] = 30.0  # one round 40% off: flagged, not a result
+    assert tax.ratio_summary(rounds)["noise"]
+    assert tax.stack_name("tensorflow 2.15.1, keras 2.15.0, horovod 0.28.1") == "keras2"
+
+
 def test_readme_block_is_replaced_and_a_missing_block_is_refused(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n{suite.BEGIN}\nold\n{suite.END}\nafter\n")
@@ -137,7 +149,7 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     out = tmp_path / "results"
     done = run_job(hvdtrain("bench", "all", "--quick", "--out", str(out)), timeout=840)
     assert_ok(done, "hvdtrain bench all --quick")
-    for name in ("scaling", "allreduce", "peers", "project", "input"):
+    for name in ("scaling", "tax", "allreduce", "peers", "project", "input"):
         for suffix in (".json", ".md", ".png"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
     scaled = json.loads((out / "scaling.json").read_text())
@@ -147,7 +159,21 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     check_peers(json.loads((out / "peers.json").read_text()), (out / "peers.md").read_text())
     check_projection(json.loads((out / "project.json").read_text()), scaled, reduced)
     check_input(json.loads((out / "input.json").read_text()), (out / "input.md").read_text())
+    check_tax(json.loads((out / "tax.json").read_text()))
     check_a_slow_rank_lowers_the_efficiency(tmp_path / "slow", scaled)
+
+
+def check_tax(taxed: dict) -> None:
+    """The plain baseline trains the same model as hvdtrain (its parameter count), each round
+    measures both, and the ratio is recomputed from the rounds."""
+    for result in taxed["results"]:
+        rounds = result["rounds"]
+        assert len(rounds) == taxed["plan"]["rounds"] >= 2
+        for r in rounds:
+            assert r["plain_params"] == r["hvdtrain_params"] > 0, r
+            assert r["plain"] > 0 and r["hvdtrain"] > 0, r
+        ratio = result["hvdtrain_over_plain"]
+        assert ratio["per_round"] == pytest.approx([r["hvdtrain"] / r["plain"] for r in rounds])
 
 
 def check_peers(compared: dict, markdown: str) -> None:

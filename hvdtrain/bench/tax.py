@@ -13,6 +13,7 @@ hvdtrain / plain with its spread. 1.0 is the ceiling of a wrapper that costs not
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -21,7 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from hvdtrain.bench import common, scaling
+from hvdtrain.bench import common, registry, scaling
+from hvdtrain.errors import UserError
 
 SPREAD_LIMIT = 0.10  # a ratio whose rounds spread wider than this is noise, not a result
 
@@ -95,8 +97,8 @@ def ratio_summary(rounds: Sequence[dict[str, float]]) -> dict[str, Any]:
 
 def run(out_dir: Path, *, models: Sequence[str], rounds: int = 4, quick: bool = False,
         python: str = sys.executable) -> dict[str, Any]:
-    """``rounds`` interleaved rounds per model on the stack of ``python`` (another venv's
-    interpreter measures that stack); written to tax-keras3.json/.md (or keras2)."""
+    """``rounds`` interleaved rounds per model on the stack of ``python``, written to
+    tax.json/.md/.png (tax-keras2.* and so on for another venv's interpreter)."""
     machine = common.machine()   # before the work: its load is the machine's own
     plan = scaling.QUICK if quick else scaling.FULL
     results, stack = [], ""
@@ -122,7 +124,15 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 4, quick: bool = 
                             "hvdtrain_over_plain": ratio_summary(measured)})
     result = {"benchmark": "tax", "machine": machine, "stack": stack,
               "plan": {"rounds": rounds, **asdict(plan)}, "results": results}
-    common.write_outputs(out_dir, f"tax-{stack_name(stack)}", result, markdown(result))
+    # Another venv's stack beside this one's: tax-keras2.* next to tax.*.
+    name = "tax" if python == sys.executable else f"tax-{stack_name(stack)}"
+    common.write_outputs(out_dir, name, result, markdown(result))
+    common.plot_bars(out_dir / f"{name}.png",
+                     {r["model"]: {"hvdtrain / plain fit": r["hvdtrain_over_plain"]["median"]}
+                      for r in results},
+                     title=f"hvdtrain at one rank against plain Keras fit ({stack_name(stack)})",
+                     ylabel="samples/s ratio (median over rounds)", reference=1.0,
+                     reference_label="no tax")
     return result
 
 
@@ -144,6 +154,42 @@ def markdown(result: dict[str, Any]) -> str:
         f"plain (spread = (max - min) / median; 'noise' past {SPREAD_LIMIT:.0%}).", "",
         common.markdown_table(["model", "batch", "plain fit samples/s", "hvdtrain samples/s",
                                "hvdtrain / plain", "load before each round"], rows)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line: hvdtrain bench tax
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """bench tax's options (bench all's too)."""
+    parser.add_argument("--models", default=None,
+                        help="comma list of mobilenetv2, resnet_small, mlp (default: "
+                             "mobilenetv2,resnet_small; --quick: mlp)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per model (default 4; --quick: 2)")
+    parser.add_argument("--venv", type=Path, default=None,
+                        help="measure the stack of this virtualenv (e.g. .venv-keras2) instead "
+                             "of this one")
+
+
+def main(args: argparse.Namespace) -> None:
+    """``hvdtrain bench tax``; UserError when --venv has no Python or a model is unknown."""
+    python = sys.executable
+    if args.venv is not None:
+        python = str(args.venv / "bin" / "python")
+        if not Path(python).exists():
+            raise UserError(f"{python} not found: --venv takes a virtualenv made by "
+                            f"'make install STACK=...', e.g. .venv-keras2")
+    rounds = args.rounds or (2 if args.quick else 4)
+    run(Path(args.out), models=scaling.model_names(args.models, args.quick), rounds=rounds,
+        quick=args.quick, python=python)
+
+
+BENCHMARK = registry.Benchmark(
+    name="tax", help="hvdtrain at one rank against plain Keras fit of the same work with no "
+                     "Horovod (the wrapper's cost), interleaved rounds",
+    # bench all passes scaling's --models (and --quick) on; the rest at their defaults.
+    main=main, add_arguments=add_arguments, options_in_all=False,
+    title="The wrapper's tax: hvdtrain at one rank against plain Keras fit")
 
 
 if __name__ == "__main__":
