@@ -27,7 +27,7 @@ demo: install
 	run_scripts/local.sh $(NP) --preset digits
 
 # ruff over hvdtrain/ and tests/, mypy over hvdtrain/ (configured in pyproject.toml), seconds:
-# mypy checks that dist/keras2.py and dist/keras3.py both provide dist/binding.py's KerasBinding.
+# mypy checks that distributed/keras2.py and distributed/keras3.py both provide distributed/binding.py's KerasBinding.
 define run_lint
 	$(VENV)/bin/ruff check hvdtrain tests
 	$(VENV)/bin/mypy

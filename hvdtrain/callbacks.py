@@ -20,7 +20,7 @@ from hvdtrain.config import Config
 from hvdtrain.errors import UserError
 
 if TYPE_CHECKING:
-    from hvdtrain.dist import World
+    from hvdtrain.distributed import World
 
 
 @dataclass(frozen=True)

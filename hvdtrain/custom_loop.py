@@ -23,7 +23,8 @@ from typing import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import dist, evaluation
+from hvdtrain import evaluation
+from hvdtrain import distributed as dist
 from hvdtrain.config import HorovodConfig
 
 LossFn = Callable[[tf.keras.Model, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]

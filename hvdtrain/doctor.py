@@ -25,7 +25,7 @@ SMOKE_RANKS = 2
 SMOKE_TIMEOUT_S = 180
 OPEN_MPI_FIX = "apt-get install openmpi-bin libopenmpi-dev (or load your cluster's MPI module)"
 # The probe: facts about TensorFlow first (one JSON line), then Horovod's TensorFlow ops load
-# (hvdtrain.dist imports horovod.tensorflow), so a failure of the second keeps the first.
+# (hvdtrain.distributed imports horovod.tensorflow), so a failure of the second keeps the first.
 PROBE = (
     "import json, importlib.metadata as m\n"
     "from hvdtrain import launching; launching.load_tensorflow()\n"
@@ -48,7 +48,7 @@ def smoke_rank() -> None:
     launching.load_tensorflow()
     import numpy as np
 
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
     world = dist.init(device="cpu")  # Horovod: joins the 2-rank job the launcher started
     # Horovod: a real collective over the launcher's controller; every rank must get the sum.
     total = dist.allreduce_sum(np.array([world.rank + 1.0]))
@@ -119,8 +119,8 @@ def probe_checks() -> list[Check]:
 
 
 def check_keras(version: str) -> Check:
-    bindings = {"2": "Horovod's own Keras layer (hvdtrain/dist/keras2.py)",
-                "3": "hvdtrain's binding on Horovod's collectives (hvdtrain/dist/keras3.py)"}
+    bindings = {"2": "Horovod's own Keras layer (hvdtrain/distributed/keras2.py)",
+                "3": "hvdtrain's binding on Horovod's collectives (hvdtrain/distributed/keras3.py)"}
     binding = bindings.get(version.split(".")[0])
     return Check("keras", binding is not None,
                  f"{version}: {binding}" if binding else

@@ -8,7 +8,8 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import data, dist
+from hvdtrain import data
+from hvdtrain import distributed as dist
 
 
 def batch_sums(losses: tf.Tensor, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:

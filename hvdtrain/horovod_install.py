@@ -38,7 +38,7 @@ BUILD_ENV = {  # Horovod's build switches: TensorFlow ops, both controllers, no 
 REBUILD = "hvdtrain setup horovod --rebuild"
 # What the probe runs: hvdtrain's distributed layer imports horovod.tensorflow, which loads
 # Horovod's TensorFlow ops library into this TensorFlow.
-PROBE = "import hvdtrain.dist"
+PROBE = "import hvdtrain.distributed"
 PROBE_TIMEOUT_S = 120
 
 

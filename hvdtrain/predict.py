@@ -22,7 +22,8 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import checkpoints, data, dist, images, models, predict_inputs, sharding
+from hvdtrain import checkpoints, data, images, models, predict_inputs, sharding
+from hvdtrain import distributed as dist
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
 from hvdtrain.progress import Progress

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from hvdtrain import dist, images, sharding
+from hvdtrain import images, sharding
+from hvdtrain import distributed as dist
 from hvdtrain.config import Config, HorovodConfig, to_dict
 from hvdtrain.data import DataSet
 from hvdtrain.errors import UserError

@@ -16,8 +16,9 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import (callbacks, checkpoints, custom_loop, data, debug, dist, evaluation,
-                      images, models, preflight, report, rundir, schedules)
+from hvdtrain import (callbacks, checkpoints, custom_loop, data, debug, evaluation, images, models,
+                      preflight, report, rundir, schedules)
+from hvdtrain import distributed as dist
 from hvdtrain.config import Config, to_dict
 from hvdtrain.errors import UserError
 

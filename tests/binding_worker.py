@@ -82,11 +82,11 @@ def main() -> None:
     args = parser.parse_args()
     launching.load_tensorflow()
     import tensorflow as tf
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
     from hvdtrain.config import HorovodConfig
     world = dist.init()
     if args.old_broadcast:
-        from hvdtrain.dist import keras3
+        from hvdtrain.distributed import keras3
         keras3.BroadcastInitialState.on_train_batch_end = (
             tf.keras.callbacks.Callback.on_train_batch_end)
     options, save = HorovodConfig(), {}

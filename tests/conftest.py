@@ -339,7 +339,7 @@ def weights(path: Path) -> list[np.ndarray]:
 def exported_model(run_dir: Path):
     """The model a run exported to RUN_DIR/model, loaded as hvdtrain predict does (the format
     depends on the stack)."""
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
     return dist.load_model(run_dir / "model")
 
 

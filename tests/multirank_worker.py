@@ -29,7 +29,8 @@ def main() -> None:
     args = parser.parse_args()
 
     launching.load_tensorflow()
-    from hvdtrain import data, dist, models, presets, rank_env, trainer
+    from hvdtrain import data, models, presets, rank_env, trainer
+    from hvdtrain import distributed as dist
     cfg = presets.build_config(args.preset, None, args.assignments)
     world = dist.init(device=cfg.run.device, options=cfg.horovod)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -117,7 +117,7 @@ def test_cli_trains_a_user_model_whose_dense_gradients_come_first(tmp_path):
 
 def test_backward_passes_given_to_the_fit_path_are_refused_with_one_line():
     import tensorflow as tf
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
     from hvdtrain.config import HorovodConfig
     from hvdtrain.errors import UserError
     with pytest.raises(UserError, match=r"^backward_passes_per_step > 1 is not applied .* "

@@ -22,7 +22,7 @@ HARNESS = """
 import json, os, runpy, sys
 import numpy as np
 if "--no-allreduce" in sys.argv:
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
     dist.distributed_optimizer = lambda optimizer, options=None: optimizer
 scope = runpy.run_path(sys.argv[1], run_name="__main__")
 rank = scope["world"].rank

@@ -67,7 +67,7 @@ OVERFLOW_ON_ONE_RANK = """
 import json, os, sys
 import numpy as np
 import tensorflow as tf
-from hvdtrain import dist
+from hvdtrain import distributed as dist
 
 world = dist.init(device="cpu", stall_warning_s=2, stall_abort_s=10)  # a hang ends in seconds
 tf.keras.utils.set_random_seed(7)

@@ -188,7 +188,7 @@ def _csv(path: Path) -> tuple[list[str], list[str], np.ndarray]:
 
 
 def assert_csv_is_the_models(out: Path, kind: str, trained: dict[str, Path]) -> None:
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
     names, classes, probabilities = _csv(out)
     expected_names, softmax = _model_outputs(dist.load_model(trained["run"] / "model"), kind,
                                              trained[kind])

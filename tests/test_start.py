@@ -83,7 +83,7 @@ launching.load_tensorflow()
 import tensorflow as tf
 from tensorflow.python.autograph.impl import api  # private: to see what autograph rewrites
 import horovod.tensorflow as hvd
-from hvdtrain import dist
+from hvdtrain import distributed as dist
 {init}
 converted = set()
 convert = api._convert_actual

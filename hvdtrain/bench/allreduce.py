@@ -121,7 +121,7 @@ def rank_horovod(options: dict[str, Any]) -> None:
         common.pin_to_own_core()
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
 
     world = dist.init(device="cpu")
     pieces = options["pieces"]

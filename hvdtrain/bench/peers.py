@@ -168,7 +168,8 @@ def rank_hvdtrain(options: dict[str, Any]) -> None:
     """single and hvdtrain: hvdtrain's own Trainer, with its defaults."""
     if options["system"] == "single":
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, like a rank
-    from hvdtrain import dist, trainer
+    from hvdtrain import trainer
+    from hvdtrain import distributed as dist
     cfg = _config(options["epochs"])
     world = dist.init(device="cpu")
     log = _epoch_log()

@@ -144,7 +144,8 @@ def rank_main(options: dict[str, Any]) -> None:
     write every rank's figures to ``options['out']``."""
     pinned = common.pin_to_own_core() if options["launcher"] == "gloo" else None
     import os
-    from hvdtrain import dist, presets, trainer  # TensorFlow and Horovod load here
+    from hvdtrain import presets, trainer
+    from hvdtrain import distributed as dist  # TensorFlow and Horovod load here
 
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])
     world = dist.init(device="cpu", intra_op_threads=cfg.run.intra_op_threads,

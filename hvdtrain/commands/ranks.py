@@ -16,7 +16,7 @@ from hvdtrain import overrides
 from hvdtrain.errors import UserError
 
 if TYPE_CHECKING:
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
 
 LOST_A_RANK_EXIT_CODE = 1
 
@@ -53,7 +53,7 @@ def start(cfg: config_lib.Config, *, options: config_lib.HorovodConfig | None,
     """Horovod started with ``cfg``'s run settings; ``options``: the HOROVOD_* settings to
     apply (None: leave them, so that eval and predict do not overwrite the training run's
     timeline). Returns this rank's World."""
-    from hvdtrain import dist  # Horovod loads here
+    from hvdtrain import distributed as dist  # Horovod loads here
     return dist.init(device=cfg.run.device, intra_op_threads=cfg.run.intra_op_threads,
                      inter_op_threads=cfg.run.inter_op_threads, options=options,
                      stall_warning_s=cfg.run.stall_warning_s,
@@ -63,7 +63,7 @@ def start(cfg: config_lib.Config, *, options: config_lib.HorovodConfig | None,
 def run(world: dist.World, work: Callable[[], object]) -> int:
     """Calls ``work`` on this rank and returns 0; when a peer dies or stalls in the middle of
     a collective, ends this process at once with one line instead."""
-    from hvdtrain import dist
+    from hvdtrain import distributed as dist
     try:
         work()
     except Exception as e:

@@ -1,6 +1,6 @@
 """The seam between hvdtrain and the installed Keras: one binding module per Keras, chosen once
 per process. Everything that depends on the Keras version goes through these functions;
-``hvdtrain.dist`` re-exports them.
+``hvdtrain.distributed`` re-exports them.
 
 ``KerasBinding`` declares the functions every binding module (keras2.py, keras3.py) provides,
 with their signatures; ``_keras_binding`` returns each module as one, so that mypy (``make
@@ -78,10 +78,10 @@ def keras_version() -> str:
 @functools.cache
 def _keras_binding() -> KerasBinding:
     if keras_version().startswith("2."):
-        from hvdtrain.dist import keras2
+        from hvdtrain.distributed import keras2
         return keras2
     if keras_version().startswith("3."):
-        from hvdtrain.dist import keras3
+        from hvdtrain.distributed import keras3
         return keras3
     raise UserError(f"this TensorFlow ships Keras {keras_version()}; hvdtrain has Horovod "
                     f"bindings for Keras 2 and 3: install a supported stack (make install)")

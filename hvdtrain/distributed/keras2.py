@@ -1,6 +1,6 @@
 """The Keras 2 binding (tf.keras in TensorFlow 2.15): Horovod's own Keras layer.
 
-Everything here depends on which Keras is installed; ``hvdtrain.dist`` picks this module when
+Everything here depends on which Keras is installed; ``hvdtrain.distributed`` picks this module when
 ``tf.keras`` is Keras 2 and calls it through the functions listed in its ``KerasBinding``.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.dist.reduction import compression, reduce_op
+from hvdtrain.distributed.reduction import compression, reduce_op
 
 T = TypeVar("T")
 

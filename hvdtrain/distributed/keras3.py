@@ -24,7 +24,7 @@ import horovod.tensorflow.elastic as hvd_elastic
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.dist.reducer import reduce_gradients
+from hvdtrain.distributed.reducer import reduce_gradients
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")

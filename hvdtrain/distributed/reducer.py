@@ -12,7 +12,7 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.dist.reduction import compression, reduce_op
+from hvdtrain.distributed.reduction import compression, reduce_op
 
 
 def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
