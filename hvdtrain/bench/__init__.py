@@ -2,7 +2,7 @@
 
     hvdtrain bench --help                               # every benchmark, one line each
     hvdtrain bench scaling   --out benchmarks/results   # throughput against world size
-    hvdtrain bench all       --out benchmarks/results   # every one but stacks, and the README's tables
+    hvdtrain bench all       --out benchmarks/results   # all but stacks; the README's tables
 
 The benchmarks are listed in one table, ``registry.MODULES``: one module each, which declares
 its name, help, options and run function as ``BENCHMARK``. Each driver (run in one plain

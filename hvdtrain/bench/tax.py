@@ -46,6 +46,7 @@ def plain_main(options: dict[str, Any]) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(inter)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     dataset = data.load(cfg.data, cfg.train.seed)
+    assert isinstance(dataset.train, data.Arrays)  # the benchmark's presets are synthetic
     model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
     models.compile_classifier(model, models.base_optimizer(cfg.optim))
     timer = scaling.step_timer()
@@ -101,7 +102,8 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 4, quick: bool = 
     tax.json/.md/.png (tax-keras2.* and so on for another venv's interpreter)."""
     machine = common.machine()   # before the work: its load is the machine's own
     plan = scaling.QUICK if quick else scaling.FULL
-    results, stack = [], ""
+    results: list[dict[str, Any]] = []
+    stack = ""
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for name in models:
             workload, measured, loads = scaling.WORKLOADS[name], [], []

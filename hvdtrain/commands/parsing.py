@@ -32,7 +32,7 @@ class CommandParser(Parser):
             command.add_arguments(self)
             self.set_defaults(func=command.run)
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         self._complete()
         return super().parse_known_args(args, namespace)
 

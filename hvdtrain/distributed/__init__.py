@@ -30,11 +30,12 @@ from hvdtrain import config as config_lib
 from hvdtrain import placement, rank_env
 from hvdtrain.config import HorovodConfig
 # The Keras-dependent half, re-exported: callers write dist.distributed_optimizer and so on.
-from hvdtrain.distributed.binding import (broadcast_variables, distributed_optimizer, distributed_tape,
-                                   elastic_state, fit_callbacks, keras_version, load_model,
-                                   metric_average_callback, optimizer_variables, run_elastic,
-                                   save_model, scale_loss, unscale_gradients,
-                                   apply_scaled_gradients)
+from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_variables,
+                                          distributed_optimizer, distributed_tape,
+                                          elastic_state, fit_callbacks, keras_version,
+                                          load_model, metric_average_callback,
+                                          optimizer_variables, run_elastic, save_model,
+                                          scale_loss, unscale_gradients)
 from hvdtrain.distributed.reducer import reduce_gradients
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
