@@ -99,15 +99,15 @@ def same_batches(batch: int, lr: float) -> str:
                      (".shuffle(1000, seed=world.rank)", ""),
                      ("batch, steps = 32, len(x) // (32 * world.size)",
                       f"batch, steps = {batch}, len(x) // 64"),
-                     ("SGD(0.05 * world.size)", f"SGD({lr})"), ("epochs=10", "epochs=1")]:
+                     ("SGD(0.05 * world.size,", f"SGD({lr},"), ("epochs=10", "epochs=1")]:
         assert old in example, f"the README's example no longer has {old!r}: update this test"
         example = example.replace(old, new)
     return example
 
 
 def test_the_readme_example_averages_the_gradients(tmp_path):
-    """2 ranks x batch 32 end where 1 rank x batch 64 ends (plain SGD, the same samples per
-    step). Control: had the ranks' gradients been summed, not averaged, the update would be one
+    """2 ranks x batch 32 end where 1 rank x batch 64 ends (SGD with momentum, the same samples
+    per step). Control: had the ranks' gradients been summed, not averaged, the update would be one
     rank's at twice the learning rate, which ends far away."""
     two = run_example("mpi", tmp_path / "two", example=same_batches(32, 0.1))
     one, summed = (run_example("single", tmp_path / name, example=same_batches(64, lr),
