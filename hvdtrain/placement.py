@@ -10,11 +10,23 @@ LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_
                       "SLURM_PROCID")
 
 
+# And the number of processes they started (srun: of this job step).
+LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS")
+
+
 def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
     for name in LAUNCHER_RANK_VARS:
         if environ.get(name, "").isdigit():
             return int(environ[name])
     return 0
+
+
+def launcher_size(environ: Mapping[str, str] = os.environ) -> int:
+    """How many processes the launcher started; 1 for a process started without one."""
+    for name in LAUNCHER_SIZE_VARS:
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return 1
 
 
 def threads_per_rank(available_cores: int, total_cores: int, local_size: int) -> int:

@@ -10,13 +10,15 @@ Precedence, highest first:
      and ``run.stall_abort_s`` always (they have defaults of their own);
   2. what the environment already holds: the launcher's flags (``horovodrun --cycle-time-ms``,
      ``mpirun -x`` or ``--mca``) and the user's exports;
-  3. hvdtrain's launch defaults, ``RANK_ENV_DEFAULTS``.
+  3. hvdtrain's launch defaults, ``RANK_ENV_DEFAULTS`` (with a longer cycle for a process
+     alone, ``ALONE_CYCLE_MS``).
 """
 from __future__ import annotations
 
 import os
 from typing import Mapping
 
+from hvdtrain import placement
 from hvdtrain.config import HorovodConfig
 
 MB = 1024 * 1024
@@ -33,6 +35,12 @@ HOROVOD_DEFAULT_CYCLE_MS = 1.0
 # The evidence for both, and what the committed benchmark results do and do not show:
 # docs/horovod-options.md, "Launch defaults".
 RANK_ENV_DEFAULTS = {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "0.2"}
+# - HOROVOD_CYCLE_TIME for a process alone (world size 1, not elastic): no gradient is
+#   all-reduced there (both bindings pass them through), yet Horovod's background thread still
+#   wakes every cycle on the core the training needs; a long cycle leaves that core to training,
+#   and the few collectives left (the broadcast at the start, each epoch's metrics) wait at most
+#   a cycle each. Measured: benchmarks/results/tax.md (bench tax).
+ALONE_CYCLE_MS = "5"
 
 
 def from_config(options: HorovodConfig, *, stall_warning_s: int,
@@ -63,7 +71,11 @@ def rank_environment(options: HorovodConfig, environ: Mapping[str, str], *,
     started with: the config's variables, then the launch defaults still unset (see the module
     docstring for the precedence)."""
     env = from_config(options, stall_warning_s=stall_warning_s, stall_abort_s=stall_abort_s)
-    for name, value in RANK_ENV_DEFAULTS.items():
+    defaults = dict(RANK_ENV_DEFAULTS)
+    # Horovod: elastic training may add workers to a job that started alone.
+    if placement.launcher_size(environ) == 1 and not int(environ.get("HOROVOD_ELASTIC", 0)):
+        defaults["HOROVOD_CYCLE_TIME"] = ALONE_CYCLE_MS
+    for name, value in defaults.items():
         if name not in environ and name not in env:
             env[name] = value
     return env

@@ -10,9 +10,26 @@ from hvdtrain.config import HorovodConfig
 STALL = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
 
 
-def test_an_empty_environment_gets_the_stall_settings_and_the_launch_defaults():
-    assert rank_env.rank_environment(HorovodConfig(), {}) == {
+TWO_RANKS = {"OMPI_COMM_WORLD_SIZE": "2"}
+
+
+def test_a_rank_of_two_gets_the_stall_settings_and_the_launch_defaults():
+    assert rank_env.rank_environment(HorovodConfig(), TWO_RANKS) == {
         **STALL, "OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "0.2"}
+    assert rank_env.rank_environment(HorovodConfig(), {"HOROVOD_SIZE": "4"})[
+        "HOROVOD_CYCLE_TIME"] == "0.2"
+
+
+def test_a_process_alone_gets_a_long_cycle_unless_elastic():
+    # No gradient is all-reduced alone: Horovod's thread should leave the core to training.
+    for alone in ({}, {"OMPI_COMM_WORLD_SIZE": "1"}, {"HOROVOD_SIZE": "1"}):
+        assert rank_env.rank_environment(HorovodConfig(), alone)["HOROVOD_CYCLE_TIME"] == "5"
+    # Elastic training may grow: the cycle stays short.
+    elastic = {"HOROVOD_SIZE": "1", "HOROVOD_ELASTIC": "1"}
+    assert rank_env.rank_environment(HorovodConfig(), elastic)["HOROVOD_CYCLE_TIME"] == "0.2"
+    # Yours still wins.
+    assert "HOROVOD_CYCLE_TIME" not in rank_env.rank_environment(
+        HorovodConfig(), {"HOROVOD_CYCLE_TIME": "1"})
 
 
 def test_the_launchers_or_users_settings_beat_the_launch_defaults():
@@ -56,5 +73,5 @@ def test_values_in_force_whoever_set_them():
                     "HOROVOD_AUTOTUNE": "1", "HOROVOD_TIMELINE": "/tmp/t.json"}
     assert rank_env.in_force(launcher_set) == ("fusion 0 MB (off), cycle 5 ms, autotune on, "
                                                "timeline /tmp/t.json")
-    ours = rank_env.rank_environment(HorovodConfig(fusion_threshold_mb=32), {})
+    ours = rank_env.rank_environment(HorovodConfig(fusion_threshold_mb=32), TWO_RANKS)
     assert rank_env.in_force(ours).startswith("fusion 32 MB, cycle 0.2 ms")

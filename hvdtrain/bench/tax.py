@@ -73,11 +73,12 @@ def measure_plain(workload: scaling.Workload, plan: scaling.Plan, work_dir: Path
 
 
 def measure_hvdtrain(workload: scaling.Workload, plan: scaling.Plan, work_dir: Path,
-                     python: str = sys.executable) -> tuple[float, int, str]:
+                     python: str = sys.executable) -> tuple[float, int, str, dict]:
     """hvdtrain's median samples/s at one rank (mpirun, one core), the model's parameter
-    count, and the stack."""
+    count, the stack, and the launch settings the rank found (rank_env)."""
     row = scaling.measure(workload, 1, plan, work_dir, python=python)
-    return row["total_samples_per_sec"]["median"], row["raw"][0]["params"], row["stack"]
+    return (row["total_samples_per_sec"]["median"], row["raw"][0]["params"], row["stack"],
+            row["rank_env"])
 
 
 def stack_name(stack: str) -> str:
@@ -117,8 +118,9 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 4, quick: bool = 
                         row["plain"], row["plain_params"] = measure_plain(
                             workload, plan, Path(tmp), python)
                     else:
-                        row["hvdtrain"], row["hvdtrain_params"], stack = measure_hvdtrain(
-                            workload, plan, Path(tmp), python)
+                        (row["hvdtrain"], row["hvdtrain_params"], stack,
+                         row["hvdtrain_rank_env"]) = measure_hvdtrain(workload, plan, Path(tmp),
+                                                                      python)
                 measured.append(row)
             results.append({"model": name, "batch_size": workload.batch_size,
                             "image_shape": list(workload.image_shape), "rounds": measured,
