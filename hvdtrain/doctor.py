@@ -57,10 +57,14 @@ def smoke_rank() -> None:
                                           "sum": float(total[0])}), flush=True)
 
 
+SMOKE_REPORT = re.compile(r"hvdtrain-smoke (\{[^{}]*\})")
+
+
 def smoke_problem(output: str, launcher: str, size: int = SMOKE_RANKS) -> str | None:
     """Whether every rank of the job reported the right sum (1 + ... + size) over ``launcher``."""
-    reports = [json.loads(line.split("hvdtrain-smoke ", 1)[1]) for line in output.splitlines()
-               if "hvdtrain-smoke {" in line]
+    # Found anywhere, not line by line: the launcher forwards the two ranks' output in chunks,
+    # which may put both reports on one line.
+    reports = [json.loads(report) for report in SMOKE_REPORT.findall(output)]
     expected = size * (size + 1) / 2
     ranks = sorted(r["rank"] for r in reports)
     if ranks != list(range(size)):

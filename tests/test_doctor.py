@@ -96,6 +96,10 @@ def test_smoke_check_accepts_only_every_rank_with_the_right_sum():
                 f'"controller": "{controller}", "sum": {total}}}')
 
     assert doctor.smoke_problem(f"{line(0, 3.0)}\n{line(1, 3.0)}", "gloo") is None
+    # mpirun may forward both ranks' output as one line (seen: 'Extra data' from json.loads).
+    both = 'hvdtrain-smoke {"rank": 0, "size": 2, "controller": "mpi", "sum": 3.0}' \
+           'hvdtrain-smoke {"rank": 1, "size": 2, "controller": "mpi", "sum": 3.0}\n'
+    assert doctor.smoke_problem(both, "mpi") is None
     # Controls: a wrong sum, a missing rank, the other controller.
     assert "wrong all-reduce" in doctor.smoke_problem(f"{line(0, 3.0)}\n{line(1, 2.0)}", "gloo")
     assert "ranks [0] reported" in doctor.smoke_problem(line(0, 3.0), "gloo")
