@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from hvdtrain import horovod_install, launching, placement, shipped
+from hvdtrain import horovod_install, launchers, launching, placement, shipped
 
 SMOKE_RANKS = 2
 SMOKE_TIMEOUT_S = 180
@@ -161,11 +161,11 @@ def check_open_mpi(which: Callable[[str], str | None] = shutil.which) -> Check:
 
 
 def check_smoke(launcher: str) -> Check:
-    name = {"gloo": "2 ranks gloo", "mpi": "2 ranks mpi"}[launcher]
-    command = launching.launch_command(
-        launcher, SMOKE_RANKS, [sys.executable, "-c", SMOKE_RANK])
+    """A 2-rank all-reduce under ``launcher`` (a name in launchers.MULTI_RANK): its Check."""
+    name = f"2 ranks {launcher}"
+    command, env = launchers.prepare(launcher, SMOKE_RANKS, [sys.executable, "-c", SMOKE_RANK])
     started = time.monotonic()
-    status, output = _run(command, SMOKE_TIMEOUT_S, launching.launch_env())
+    status, output = _run(command, SMOKE_TIMEOUT_S, env)
     seconds = time.monotonic() - started
     if status is None:
         return Check(name, False, f"no result in {SMOKE_TIMEOUT_S} s: {' '.join(command)} hangs "
@@ -189,7 +189,9 @@ def checks() -> list[Check]:
         found.append(check_controllers(horovod_install.build_check()))
     found.append(check_open_mpi())
     if all(check.ok for check in found):
-        found += [check_smoke(launcher) for launcher in ("gloo", "mpi")]
+        # Gloo first: it needs no MPI, like the demo (make demo).
+        found += [check_smoke(launcher) for launcher in
+                  sorted(launchers.MULTI_RANK, key=lambda name: name != "gloo")]
     return found
 
 
