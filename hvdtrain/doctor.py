@@ -58,7 +58,9 @@ def smoke_rank() -> None:
 
 
 def smoke_problem(output: str, launcher: str, size: int = SMOKE_RANKS) -> str | None:
-    """Whether every rank of the job reported the right sum (1 + ... + size) over ``launcher``."""
+    """Whether every rank of the job reported the right sum (1 + ... + size) over ``launcher``'s
+    controller: None, or the problem in one line."""
+    controller = launchers.entry(launcher).controller
     reports = [json.loads(line.split("hvdtrain-smoke ", 1)[1]) for line in output.splitlines()
                if "hvdtrain-smoke {" in line]
     expected = size * (size + 1) / 2
@@ -66,7 +68,7 @@ def smoke_problem(output: str, launcher: str, size: int = SMOKE_RANKS) -> str | 
     if ranks != list(range(size)):
         return f"ranks {ranks} reported, expected 0 to {size - 1}"
     wrong = [r for r in reports if r["sum"] != expected or r["size"] != size
-             or r["controller"] != launcher]
+             or r["controller"] != controller]
     if wrong:
         return f"wrong all-reduce results {wrong}, expected sum {expected:g} over {launcher}"
     return None

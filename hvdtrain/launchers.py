@@ -97,14 +97,17 @@ class Entry:
     # Binds each rank to its own core under bind_to_core; where False, a benchmark rank pins
     # itself (bench.common.pin_to_own_core) so that every launcher gives the same budget.
     binds_cores: bool
+    # Horovod: the controller its ranks join (world.controller), which doctor's smoke test
+    # checks they report; None where there is no job to join (one process).
+    controller: Literal["mpi", "gloo"] | None
 
 
 # The table: one row per launcher, in the order choices are offered (the tests' ids and their
 # --launcher-turns rotation follow it).
 LAUNCHERS: dict[Launcher, Entry] = {
-    "mpi": Entry(mpi_cmd_env, multi_rank=True, binds_cores=True),
-    "gloo": Entry(gloo_cmd_env, multi_rank=True, binds_cores=False),
-    "single": Entry(single_cmd_env, multi_rank=False, binds_cores=False),
+    "mpi": Entry(mpi_cmd_env, multi_rank=True, binds_cores=True, controller="mpi"),
+    "gloo": Entry(gloo_cmd_env, multi_rank=True, binds_cores=False, controller="gloo"),
+    "single": Entry(single_cmd_env, multi_rank=False, binds_cores=False, controller=None),
 }
 MULTI_RANK: tuple[Launcher, ...] = tuple(name for name, entry in LAUNCHERS.items()
                                          if entry.multi_rank)
