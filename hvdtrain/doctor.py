@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from hvdtrain import horovod_install, launching, placement, shipped
+from hvdtrain import horovod_install, launchers, launching, placement, shipped
 
 SMOKE_RANKS = 2
 SMOKE_TIMEOUT_S = 180
@@ -61,7 +61,9 @@ SMOKE_REPORT = re.compile(r"hvdtrain-smoke (\{[^{}]*\})")
 
 
 def smoke_problem(output: str, launcher: str, size: int = SMOKE_RANKS) -> str | None:
-    """Whether every rank of the job reported the right sum (1 + ... + size) over ``launcher``."""
+    """Whether every rank of the job reported the right sum (1 + ... + size) over ``launcher``'s
+    controller: None, or the problem in one line."""
+    controller = launchers.entry(launcher).controller
     # Found anywhere, not line by line: the launcher forwards the two ranks' output in chunks,
     # which may put both reports on one line.
     reports = [json.loads(report) for report in SMOKE_REPORT.findall(output)]
@@ -70,7 +72,7 @@ def smoke_problem(output: str, launcher: str, size: int = SMOKE_RANKS) -> str | 
     if ranks != list(range(size)):
         return f"ranks {ranks} reported, expected 0 to {size - 1}"
     wrong = [r for r in reports if r["sum"] != expected or r["size"] != size
-             or r["controller"] != launcher]
+             or r["controller"] != controller]
     if wrong:
         return f"wrong all-reduce results {wrong}, expected sum {expected:g} over {launcher}"
     return None
@@ -165,11 +167,11 @@ def check_open_mpi(which: Callable[[str], str | None] = shutil.which) -> Check:
 
 
 def check_smoke(launcher: str) -> Check:
-    name = {"gloo": "2 ranks gloo", "mpi": "2 ranks mpi"}[launcher]
-    command = launching.launch_command(
-        launcher, SMOKE_RANKS, [sys.executable, "-c", SMOKE_RANK])
+    """A 2-rank all-reduce under ``launcher`` (a name in launchers.MULTI_RANK): its Check."""
+    name = f"2 ranks {launcher}"
+    command, env = launchers.prepare(launcher, SMOKE_RANKS, [sys.executable, "-c", SMOKE_RANK])
     started = time.monotonic()
-    status, output = _run(command, SMOKE_TIMEOUT_S, launching.launch_env())
+    status, output = _run(command, SMOKE_TIMEOUT_S, env)
     seconds = time.monotonic() - started
     if status is None:
         return Check(name, False, f"no result in {SMOKE_TIMEOUT_S} s: {' '.join(command)} hangs "
@@ -193,7 +195,9 @@ def checks() -> list[Check]:
         found.append(check_controllers(horovod_install.build_check()))
     found.append(check_open_mpi())
     if all(check.ok for check in found):
-        found += [check_smoke(launcher) for launcher in ("gloo", "mpi")]
+        # Gloo first: it needs no MPI, like the demo (make demo).
+        found += [check_smoke(launcher) for launcher in
+                  sorted(launchers.MULTI_RANK, key=lambda name: name != "gloo")]
     return found
 
 

@@ -1,8 +1,8 @@
-"""Starting N ranks from Python: the command line per launcher and the environment every launch
-gets. The benchmarks and the tests launch through these; nothing here imports Horovod, and
-TensorFlow only when load_tensorflow is called. This is also the one place that sets hvdtrain's
-process-wide settings (TensorFlow's log level, Open MPI's run-as-root permission), that loads
-TensorFlow for a rank, and that ends a rank's process.
+"""A rank's process, from its start to its end: the process-wide settings hvdtrain makes
+(TensorFlow's log level), TensorFlow's import for a rank (without Keras' optional extras), and
+the rank's exit (without Python's teardown of TensorFlow). Nothing here imports Horovod, and
+TensorFlow only when load_tensorflow is called. The command lines that start ranks are
+launchers.py's.
 """
 from __future__ import annotations
 
@@ -10,24 +10,15 @@ import atexit
 import importlib
 import importlib.abc
 import os
-import shutil
 import stat
 import sys
 import threading
 from pathlib import Path
-from typing import MutableMapping, Mapping, NoReturn, Sequence
-
-from hvdtrain import placement
-from hvdtrain.errors import UserError
-
-BIN = Path(sys.executable).parent  # the venv's horovodrun and hvdtrain, next to this Python
-LAUNCHERS = ("mpi", "gloo")
+from typing import MutableMapping, NoReturn
 
 # TensorFlow's C++ start-up chatter (CPU features, missing CUDA), once per process, hides the
 # real output.
 QUIET_TENSORFLOW = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-# Open MPI refuses to start as root (CI, containers) unless told.
-ALLOW_RUN_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 def quiet_tensorflow(environ: MutableMapping[str, str] = os.environ) -> None:
@@ -111,41 +102,3 @@ def _writing_a_file() -> bool:
             return True
     return False
 
-
-def launch_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment for a launch: the venv first on PATH (every rank must find
-    the same horovodrun, hvdtrain and python), TensorFlow quiet, mpirun allowed as root."""
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    quiet_tensorflow(env)
-    env.update(ALLOW_RUN_AS_ROOT)
-    env.update(extra or {})
-    return env
-
-
-def launch_command(launcher: str, ranks: int, argv: Sequence[str], *,
-                   bind_to_core: bool = False) -> list[str]:
-    """The command that starts ``ranks`` copies of ``argv``.
-
-    gloo: ``horovodrun --gloo`` on this host. mpi: ``mpirun``, oversubscribed when there are
-    more ranks than cores; ``bind_to_core`` (the benchmarks) binds one core per rank, Open MPI's
-    own default for 2 ranks or fewer, made explicit so that every N gets one core per rank.
-    single: one process, no launcher.
-    """
-    if launcher == "single":
-        if ranks != 1:
-            raise ValueError(f"launcher 'single' runs one process, not {ranks}")
-        return list(argv)
-    if launcher == "gloo":
-        return [str(BIN / "horovodrun"), "-np", str(ranks), "-H", f"localhost:{ranks}",
-                "--gloo", *argv]
-    if launcher == "mpi":
-        mpirun = shutil.which("mpirun")
-        if not mpirun:
-            raise UserError("mpirun not found: run 'make install'")
-        if ranks > placement.cores_available()[1]:
-            binding = ["--oversubscribe", "--bind-to", "none"]
-        else:
-            binding = ["--bind-to", "core", "--map-by", "core"] if bind_to_core else []
-        return [mpirun, "-np", str(ranks), *binding, *argv]
-    raise ValueError(f"unknown launcher {launcher!r}")

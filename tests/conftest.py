@@ -27,11 +27,11 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from hvdtrain import launching
+from hvdtrain import launchers, launching
 
-BIN = launching.BIN
+BIN = launchers.BIN
 TESTS = Path(__file__).parent
-LAUNCHERS = list(launching.LAUNCHERS)
+LAUNCHERS = list(launchers.MULTI_RANK)  # the tests' launcher parameter: [mpi], [gloo]
 JOB_TAG = "HVDTRAIN_TEST_JOB"    # in the environment of every process a test job starts
 _JOB_NUMBERS = itertools.count(1)
 
@@ -83,17 +83,14 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 
-launcher_env = launching.launch_env
+launcher_env = launchers.launch_env
 
 
 def launch_command(launcher: str, np_: int, argv: list[str], *, tag_output: bool = False,
                    ) -> list[str]:
-    """launching.launch_command; ``tag_output`` makes mpirun prefix every line with its rank
+    """launchers.launch_command; ``tag_output`` makes mpirun prefix every line with its rank
     (``[1,R]<stdout>:``) as horovodrun always does (``[R]<stdout>:``)."""
-    command = launching.launch_command(launcher, np_, argv)
-    if tag_output and launcher == "mpi":
-        command.insert(1, "--tag-output")
-    return command
+    return launchers.launch_command(launcher, np_, argv, tag_output=tag_output)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import LAUNCHERS
+
 ROOT = Path(__file__).parent.parent
 # Tests under both launchers (some with one fixture for both), bad-input cases under both and
 # under one: every kind of case the option meets.
 FILES = ["tests/test_multirank.py", "tests/test_library.py"]
-LAUNCHER_IN_ID = re.compile(r"(?<=[\[-])(gloo|mpi)(?=[\]-])")
+LAUNCHER_IN_ID = re.compile(rf"(?<=[\[-])({'|'.join(LAUNCHERS)})(?=[\]-])")
 
 
 def collected(*args: str) -> set[str]:

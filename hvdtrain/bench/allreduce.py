@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from hvdtrain import launchers
 from hvdtrain.bench import common, registry
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -41,7 +42,7 @@ MOVED_PER_BATCH = 64 * MIB    # a batch of all-reduces moves about this much (at
 @dataclass(frozen=True)
 class CommPath:
     label: str
-    launcher: str          # mpi | gloo
+    launcher: launchers.Launcher
     kind: str              # mpi4py | horovod
     pieces: int = 1        # the message split into this many tensors, submitted together
     fusion: bool = True
@@ -117,7 +118,7 @@ def rank_mpi4py(options: dict[str, Any]) -> None:
 
 
 def rank_horovod(options: dict[str, Any]) -> None:
-    if options["launcher"] == "gloo":
+    if not launchers.entry(options["launcher"]).binds_cores:
         common.pin_to_own_core()
     import numpy as np
     import tensorflow as tf

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from hvdtrain import launching, placement
+from hvdtrain import launchers, launching, placement
 
 
 class BenchError(RuntimeError):
@@ -42,8 +42,9 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
 # Launching
 
 def launch_command(launcher: str, ranks: int, argv: Sequence[str]) -> list[str]:
-    """A measured job's command: one core per rank under mpirun (see launching)."""
-    return launching.launch_command(launcher, ranks, argv, bind_to_core=True)
+    """A measured job's command: one core per rank where the launcher binds ranks (see
+    launchers.Entry.binds_cores)."""
+    return launchers.launch_command(launcher, ranks, argv, bind_to_core=True)
 
 
 def rank_argv(module: str, options: Mapping[str, Any], python: str = sys.executable
@@ -69,7 +70,7 @@ def run_job(command: Sequence[str], *, env: Mapping[str, str] | None = None,
             timeout: float = 600, what: str = "job") -> str:
     """Runs a measured job to the end; its output, or BenchError with the last lines of it."""
     try:
-        proc = subprocess.run(list(command), env=launching.launch_env(env),
+        proc = subprocess.run(list(command), env=launchers.launch_env(env),
                               stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
@@ -91,8 +92,9 @@ def read_json_output(path: Path, what: str, output: str) -> Any:
 
 def pin_to_own_core() -> int | None:
     """Rank side, before TensorFlow starts: bind this process to core (local rank mod cores)
-    when the launcher did not bind it (horovodrun --gloo), so that every launcher gives a rank
-    the same one-core budget. Returns the core, or None when already bound."""
+    when the launcher did not bind it (horovodrun --gloo; launchers.Entry.binds_cores), so that
+    every launcher gives a rank the same one-core budget. Returns the core, or None when
+    already bound."""
     available = os.sched_getaffinity(0)
     if len(available) < placement.cores_available()[1]:
         return None

@@ -33,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from hvdtrain import launching, placement
+from hvdtrain import launchers, placement
 from hvdtrain.bench import common, registry
 
 SYSTEMS = ("single", "hvdtrain", "mwms", "ps")
@@ -259,7 +259,7 @@ def _spawn(options: dict[str, Any], log: Path) -> subprocess.Popen:
     fill up and stall it)."""
     with open(log, "w") as out:
         proc = subprocess.Popen(common.rank_argv("hvdtrain.bench.peers", options),
-                                env=launching.launch_env(), stdout=out, stderr=subprocess.STDOUT,
+                                env=launchers.launch_env(), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
     proc.log = log  # type: ignore[attr-defined]
     return proc

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from hvdtrain import launching
+from hvdtrain import launchers
 from hvdtrain.bench import common, registry
 from hvdtrain.errors import UserError
 
@@ -53,7 +53,7 @@ class Plan:
     warmup_epochs: int = 1
     repeats: int = 5
     steps_per_repeat: int = 8       # timed steps per repeat (each epoch runs one more)
-    launcher: str = "mpi"
+    launcher: launchers.Launcher = "mpi"
 
     @property
     def epochs(self) -> int:
@@ -142,7 +142,8 @@ def timed_repeats(epochs: list[list[float]], warmup: int, batch_size: int
 def rank_main(options: dict[str, Any]) -> None:
     """One rank of one launch: train ``options['epochs']`` epochs, time each, and have rank 0
     write every rank's figures to ``options['out']``."""
-    pinned = common.pin_to_own_core() if options["launcher"] == "gloo" else None
+    pinned = (None if launchers.entry(options["launcher"]).binds_cores
+              else common.pin_to_own_core())
     import os
     from hvdtrain import presets, trainer
     from hvdtrain import distributed as dist  # TensorFlow and Horovod load here
@@ -315,7 +316,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list of mobilenetv2, resnet_small, mlp (default: "
                              "mobilenetv2,resnet_small; --quick: mlp)")
     parser.add_argument("--world-sizes", default="1,2", help="comma list (default 1,2)")
-    parser.add_argument("--launcher", choices=launching.LAUNCHERS, default="mpi",
+    parser.add_argument("--launcher", choices=launchers.MULTI_RANK, default="mpi",
                         help="mpi (mpirun --bind-to core, default) or gloo (horovodrun)")
     parser.add_argument("--horovod-synthetic", metavar="PATH", type=Path,
                         help="Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark"
