@@ -111,7 +111,7 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 4, quick: bool = 
             for i in range(rounds):
                 order = ("plain", "hvdtrain") if i % 2 == 0 else ("hvdtrain", "plain")
                 loads.append(common.load_average())
-                row = {}
+                row: dict[str, Any] = {}
                 for which in order:
                     common.say(f"tax: {name}, round {i + 1}/{rounds}, {which}...")
                     if which == "plain":
