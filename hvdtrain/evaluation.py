@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import data
+from hvdtrain.data import sources
 from hvdtrain import distributed as dist
 
 
@@ -26,12 +26,12 @@ def totals(sums: np.ndarray) -> tuple[float, float, int]:
     return loss_sum / count, correct / count, int(count)
 
 
-def exact_evaluator(model: tf.keras.Model, split: data.Split, world: dist.World,
+def exact_evaluator(model: tf.keras.Model, split: sources.Split, world: dist.World,
                     batch_size: int) -> Callable[[], dict]:
     """A function giving loss and accuracy over the WHOLE eval set, each rank scoring its
     disjoint shard. Every rank must call it (a collective). The shard and the step are built
     once and reused at every epoch."""
-    shard = data.eval_dataset(split, rank=world.rank, size=world.size, batch_size=batch_size)
+    shard = sources.eval_dataset(split, rank=world.rank, size=world.size, batch_size=batch_size)
 
     @tf.function
     def sums_of(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:

@@ -22,7 +22,8 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import checkpoints, data, images, models, predict_inputs, sharding
+from hvdtrain import checkpoints, models
+from hvdtrain.data import images, predict_inputs, sharding, sources
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
@@ -106,9 +107,9 @@ def load_model(req: Request, config: Config) -> tuple[tf.keras.Model, list[str]]
             raise UserError(f"cannot load the model in {req.model_dir} ({first}): move it "
                             f"away to predict with the latest checkpoint") from None
     else:
-        names = class_names(req.run_dir) or data.load(config.data, config.train.seed).names()
+        names = class_names(req.run_dir) or sources.load(config.data, config.train.seed).names()
         tf.keras.mixed_precision.set_global_policy(config.train.precision)
-        model = models.build(config.model, data.input_shape(config.data), len(names))
+        model = models.build(config.model, sources.input_shape(config.data), len(names))
         assert req.checkpoint is not None  # request(): no model/ means a checkpoint
         checkpoints.restore_weights(model, req.checkpoint)
     outputs = int(model.outputs[0].shape[-1])
@@ -130,7 +131,7 @@ def input_shape(model: tf.keras.Model) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------------
 # Scoring, gathering, writing
 
-def score_shard(model: tf.keras.Model, split: data.Split, rank: int, size: int,
+def score_shard(model: tf.keras.Model, split: sources.Split, rank: int, size: int,
                 batch_size: int, progress: Progress | None = None) -> np.ndarray:
     """[class id, probability] of each of this rank's inputs (r, r+N, ...), in order."""
     @tf.function(reduce_retracing=True)
@@ -138,7 +139,7 @@ def score_shard(model: tf.keras.Model, split: data.Split, rank: int, size: int,
         return tf.nn.softmax(tf.cast(model(x, training=False), tf.float32))
 
     rows = [np.zeros((0, 2))]
-    for x, _ in data.eval_dataset(split, rank=rank, size=size, batch_size=batch_size):
+    for x, _ in sources.eval_dataset(split, rank=rank, size=size, batch_size=batch_size):
         p = probabilities(x).numpy()
         rows.append(np.stack([p.argmax(axis=1), p.max(axis=1)], axis=1))
         if progress:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from hvdtrain import images, sharding
+from hvdtrain.data import images, sharding
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config, HorovodConfig, to_dict
-from hvdtrain.data import DataSet
+from hvdtrain.data.sources import DataSet
 from hvdtrain.errors import UserError
 
 

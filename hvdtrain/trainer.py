@@ -16,8 +16,9 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import (callbacks, checkpoints, custom_loop, data, debug, evaluation, images, models,
-                      preflight, report, rundir, schedules)
+from hvdtrain import (callbacks, checkpoints, custom_loop, debug, evaluation, models, preflight,
+                      report, rundir, schedules)
+from hvdtrain.data import images, sources
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config, to_dict
 from hvdtrain.errors import UserError
@@ -26,7 +27,7 @@ from hvdtrain.errors import UserError
 @dataclass(frozen=True)
 class TrainingSetup:
     """Everything a run trains with, on every rank, once rank 0's state is everywhere."""
-    dataset: data.DataSet
+    dataset: sources.DataSet
     model: tf.keras.Model
     optimizer: tf.keras.optimizers.Optimizer
     checkpoint: tf.train.Checkpoint
@@ -134,7 +135,7 @@ class Trainer:
         world's shard, with the lr scaled for this world size; ``extra`` callbacks run last,
         on every rank."""
         cfg, world = self.config, self.world
-        stream = data.train_dataset(
+        stream = sources.train_dataset(
             setup.dataset.train, rank=world.rank, size=world.size,
             batch_size=cfg.train.batch_size, first_epoch=setup.start_epoch,
             epochs=cfg.train.epochs, seed=cfg.train.seed, shuffle=cfg.data.shuffle,
@@ -173,7 +174,7 @@ class Trainer:
         return TrainingResult(final_logs, hooks.evaluation.latest or evaluate(),
                               hooks.throughput, steps, peak_lr)
 
-    def _loop(self, setup: TrainingSetup, stream: data.TrainStream,
+    def _loop(self, setup: TrainingSetup, stream: sources.TrainStream,
               hooks: list[tf.keras.callbacks.Callback]) -> dict:
         """The epochs themselves: Keras ``fit`` or the custom loop. Returns the last logs."""
         cfg = self.config
@@ -185,7 +186,7 @@ class Trainer:
         history = setup.model.fit(
             stream.dataset, epochs=cfg.train.epochs, initial_epoch=setup.start_epoch,
             steps_per_epoch=stream.steps_per_epoch, verbose=0, callbacks=hooks,
-            shuffle=False)  # each rank's stream is already shuffled (see data.train_dataset)
+            shuffle=False)  # each rank's stream is already shuffled (see sources.train_dataset)
         return {k: float(v[-1]) for k, v in history.history.items()}
 
     def _train_elastic(self) -> tuple[TrainingSetup, TrainingResult]:
@@ -236,10 +237,10 @@ class Trainer:
         rule = schedules.scaling_in_force(o.lr_scaling, self.config.horovod.op)
         return schedules.scaled_lr(o.lr, world_size, rule)
 
-    def _load_data(self) -> data.DataSet:
-        return data.load(self.config.data, self.config.train.seed)
+    def _load_data(self) -> sources.DataSet:
+        return sources.load(self.config.data, self.config.train.seed)
 
-    def _build(self, dataset: data.DataSet, *, agree: bool = True) -> tuple[
+    def _build(self, dataset: sources.DataSet, *, agree: bool = True) -> tuple[
             tf.keras.Model, tf.keras.optimizers.Optimizer, tf.train.Checkpoint]:
         """Model and optimizer, compiled, with the optimizer's slots created, so that a restore
         fills them and a broadcast carries them."""
@@ -273,10 +274,10 @@ class Trainer:
         return base
 
     def _open_run_dir(self, run_dir: Path, checkpoint: tf.train.Checkpoint,
-                      dataset: data.DataSet) -> tuple[int, dict]:
+                      dataset: sources.DataSet) -> tuple[int, dict]:
         return rundir.open_run_dir(run_dir, checkpoint, self.config, resume=self.resume,
                                    say=self.say, class_names=dataset.names())
 
-    def _evaluator(self, model: tf.keras.Model, dataset: data.DataSet) -> Callable[[], dict]:
+    def _evaluator(self, model: tf.keras.Model, dataset: sources.DataSet) -> Callable[[], dict]:
         return evaluation.exact_evaluator(model, dataset.eval, self.world,
                                           self.config.train.batch_size)

@@ -9,7 +9,7 @@ point, the usual side the same work through `python -c`:
          against launching.end_rank (the entry point's).
   start  `... train --preset digits-mlp --epochs 1`: TensorFlow and scikit-learn's datasets
          imported the usual way first (what a digits rank did before launching.load_tensorflow
-         and hvdtrain.sklearn_data) against hvdtrain's start; both exit the fast way.
+         and hvdtrain.data.sklearn_data) against hvdtrain's start; both exit the fast way.
   autograph  `... train --preset digits-mlp --loop custom --epochs 1`: autograph converting
          Horovod's Python wherever a traced step reaches it (dist.autograph_leaves_horovod_alone
          made a no-op) against hvdtrain's rule that leaves Horovod alone.

@@ -29,7 +29,8 @@ def main() -> None:
     args = parser.parse_args()
 
     launching.load_tensorflow()
-    from hvdtrain import data, models, presets, rank_env, trainer
+    from hvdtrain import models, presets, rank_env, trainer
+    from hvdtrain.data import sources
     from hvdtrain import distributed as dist
     cfg = presets.build_config(args.preset, None, args.assignments)
     world = dist.init(device=cfg.run.device, options=cfg.horovod)
@@ -57,8 +58,8 @@ def main() -> None:
     np.savez(args.out / f"rank{world.rank}.npz", *[w.numpy() for w in job.model.weights])
     if world.is_chief:
         # The eval accuracy recomputed here, by one process over the WHOLE eval set.
-        dataset = data.load(cfg.data, cfg.train.seed)
-        if isinstance(dataset.eval, data.Arrays):
+        dataset = sources.load(cfg.data, cfg.train.seed)
+        if isinstance(dataset.eval, sources.Arrays):
             x, y = dataset.eval.x, dataset.eval.y
             predicted = np.argmax(job.model.predict(x, batch_size=256, verbose=0), axis=1)
             summary["whole_eval_set_accuracy"] = float(np.mean(predicted == y))

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from conftest import convert_digits, launcher_env
-from hvdtrain import convert, data, records
+from hvdtrain.data import convert, records, sources
 from hvdtrain.config import DataConfig
-from hvdtrain.digit_files import SORTED, write_digits
+from hvdtrain.testing.digit_files import SORTED, write_digits
 from hvdtrain.errors import UserError
 
 N = 80
@@ -36,7 +36,7 @@ def _quiet(total: int) -> convert.Progress:
 
 def _pairs(split) -> list[tuple[int, bytes]]:
     """Every sample of a split as (label, its pixels as bytes), sorted: the split's content."""
-    stream = data.eval_dataset(split, rank=0, size=1, batch_size=64).as_numpy_iterator()
+    stream = sources.eval_dataset(split, rank=0, size=1, batch_size=64).as_numpy_iterator()
     return sorted((int(y), np.rint(x * 255).astype(np.uint8).tobytes())
                   for xs, ys in stream for x, y in zip(xs, ys))
 
@@ -48,15 +48,15 @@ def test_converted_folder_reads_back_as_the_image_source_with_its_split(tree, tm
         [*meta["train_files"], *meta["eval_files"], records.SIDECAR])
     assert json.loads((tmp_path / "shards" / records.SIDECAR).read_text()) == meta
     # No other flag: shape, classes and the eval files come from the sidecar.
-    shards = data.load(DataConfig(source="tfrecord", path=str(tmp_path / "shards")), seed=0)
-    folder = data.load(DataConfig(source="images", path=str(tree), image_shape=(8, 8, 1),
+    shards = sources.load(DataConfig(source="tfrecord", path=str(tmp_path / "shards")), seed=0)
+    folder = sources.load(DataConfig(source="images", path=str(tree), image_shape=(8, 8, 1),
                                   eval_fraction=0.25), seed=3)
     assert shards.class_names == tuple(SORTED) and shards.input_shape == (8, 8, 1)
     assert len(shards.train.files) == 3 and sum(meta["train_counts"]) == len(folder.train)
     assert _pairs(shards.train) == _pairs(folder.train)
     assert _pairs(shards.eval) == _pairs(folder.eval)
     # Sharp: another seed holds out other images.
-    other = data.load(DataConfig(source="images", path=str(tree), image_shape=(8, 8, 1),
+    other = sources.load(DataConfig(source="images", path=str(tree), image_shape=(8, 8, 1),
                                  eval_fraction=0.25), seed=4)
     assert _pairs(shards.eval) != _pairs(other.eval)
 
@@ -77,8 +77,8 @@ def test_npz_converts_to_the_same_samples(tmp_path, dtype):
     y = rng.integers(0, 3, 50)
     np.savez(tmp_path / "a.npz", x=x if dtype == "uint8" else x / np.float32(255), y=y)
     convert.convert(str(tmp_path / "a.npz"), str(tmp_path / "s"), shards=2, progress=_quiet)
-    shards = data.load(DataConfig(source="tfrecord", path=str(tmp_path / "s")), seed=0)
-    arrays = data.load(DataConfig(source="npz", path=str(tmp_path / "a.npz"), num_classes=0),
+    shards = sources.load(DataConfig(source="tfrecord", path=str(tmp_path / "s")), seed=0)
+    arrays = sources.load(DataConfig(source="npz", path=str(tmp_path / "a.npz"), num_classes=0),
                        seed=42)
     assert shards.class_names == ("0", "1", "2") and shards.input_shape == (4, 4, 1)
     assert _pairs(shards.train) == _pairs(arrays.train)
@@ -144,7 +144,7 @@ def test_bad_sources_are_named_and_leave_nothing(tmp_path, case):
 KILLED_AFTER = 30
 KILL_SCRIPT = """
 import os, signal, sys
-from hvdtrain import convert
+from hvdtrain.data import convert
 
 class KilledHalfWay(convert.Progress):
     def advance(self, n=1):
@@ -197,7 +197,7 @@ def test_an_unreadable_sidecar_is_named(tree, tmp_path):
     sidecar = tmp_path / "s" / records.SIDECAR
     sidecar.write_text(sidecar.read_text()[:-20])             # cut short
     with pytest.raises(UserError, match=f"{sidecar} is not a readable hvdtrain sidecar"):
-        data.load(DataConfig(source="tfrecord", path=str(tmp_path / "s")), seed=0)
+        sources.load(DataConfig(source="tfrecord", path=str(tmp_path / "s")), seed=0)
 
 
 def test_the_cli_split_follows_eval_fraction_and_seed(tree, tmp_path):
@@ -207,7 +207,7 @@ def test_the_cli_split_follows_eval_fraction_and_seed(tree, tmp_path):
         done = convert_digits(tree, tmp_path / name, "--eval-fraction", "0.25", "--seed",
                               str(seed), "--shards", "2", timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
-        shards = data.load(DataConfig(source="tfrecord", path=str(tmp_path / name)), seed=0)
+        shards = sources.load(DataConfig(source="tfrecord", path=str(tmp_path / name)), seed=0)
         return _pairs(shards.train), _pairs(shards.eval)
 
     train, held_out = split("first", 3)

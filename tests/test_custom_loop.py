@@ -142,9 +142,10 @@ PLAIN_SGD = ["optim.momentum=0", "optim.lr_scaling=none", "optim.warmup_epochs=0
 def initial_model(preset: str, assignments: list[str]):
     """The config, the data and the model every rank starts from (as Trainer builds them)."""
     import tensorflow as tf
-    from hvdtrain import data, models, presets
+    from hvdtrain import models, presets
+    from hvdtrain.data import sources
     cfg = presets.build_config(preset, None, assignments)
-    dataset = data.load(cfg.data, cfg.train.seed)
+    dataset = sources.load(cfg.data, cfg.train.seed)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     tf.keras.mixed_precision.set_global_policy("float32")
     return cfg, dataset, models.build(cfg.model, dataset.input_shape, dataset.num_classes)
@@ -173,10 +174,10 @@ def replay_two_ranks(cfg, dataset, model, *, lr_at: Callable[[int], float],
                      combine: Callable[[tuple[np.ndarray, ...]], np.ndarray] = mean
                      ) -> list[np.ndarray]:
     """Plain SGD as 2 ranks run it for cfg.train.epochs: at every step each rank's gradient on
-    its own batch (the batches data.train_dataset gives that rank), combined, one update at
+    its own batch (the batches sources.train_dataset gives that rank), combined, one update at
     ``lr_at(step)``. Returns the final weights."""
-    from hvdtrain import data
-    streams = [data.train_dataset(dataset.train, rank=r, size=2,
+    from hvdtrain.data import sources
+    streams = [sources.train_dataset(dataset.train, rank=r, size=2,
                                   batch_size=cfg.train.batch_size, first_epoch=0,
                                   epochs=cfg.train.epochs, seed=cfg.train.seed,
                                   shuffle=cfg.data.shuffle) for r in range(2)]
@@ -205,7 +206,7 @@ def test_adasum_on_the_custom_loop_is_adasum(tmp_path):
                   "--set", "run.tensorboard=false", "--set", "run.export=false")
     assert_same(ranks[0], ranks[1], atol=0)
 
-    from hvdtrain import sharding
+    from hvdtrain.data import sharding
     cfg, dataset, model = initial_model("synthetic-mlp", settings)
     start = [w.copy() for w in model.get_weights()]
     x, y = dataset.train.x, dataset.train.y
@@ -242,10 +243,10 @@ def test_join_uneven_shards_finish_and_train_correctly(tmp_path):
     assert_same(ranks[0], ranks[1], atol=0)
 
     # Replay: at each step the average over BOTH ranks, a joined rank counting as zeros.
-    from hvdtrain import data
+    from hvdtrain.data import sources
     cfg, dataset, model = initial_model("digits", settings)
     start = model.get_weights()
-    streams = [data.train_dataset(dataset.train, rank=r, size=2, batch_size=8, first_epoch=0,
+    streams = [sources.train_dataset(dataset.train, rank=r, size=2, batch_size=8, first_epoch=0,
                                   epochs=2, seed=cfg.train.seed, shuffle=False, pad=False)
                for r in range(2)]
     assert [s.steps_per_epoch for s in streams] == [10, 1]

@@ -1,5 +1,6 @@
-"""hvdtrain.data without MPI: sources (digits, synthetic, npz, tfrecord), their user errors, and
-the per-rank pipelines for any (rank, size), checked against what every rank actually yields."""
+"""hvdtrain.data.sources without MPI: sources (digits, synthetic, npz, tfrecord), their user
+errors, and the per-rank pipelines for any (rank, size), checked against what every rank actually
+yields."""
 from __future__ import annotations
 
 import math
@@ -11,13 +12,13 @@ import pytest
 import tensorflow as tf
 
 from conftest import RECORD_SHAPE, write_records, write_shards
-from hvdtrain import data, records, sharding, tfdata
+from hvdtrain.data import records, sharding, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
 
 
 def test_data_module_does_not_import_horovod():
-    code = ("import sys, hvdtrain.data; "
+    code = ("import sys, hvdtrain.data.sources; "
             "bad = [m for m in sys.modules if m.split('.')[0] == 'horovod']; "
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -29,8 +30,8 @@ def test_data_module_does_not_import_horovod():
 # digits
 
 @pytest.fixture(scope="module")
-def digits() -> data.DataSet:
-    return data.load(DataConfig(source="digits"), seed=0)
+def digits() -> sources.DataSet:
+    return sources.load(DataConfig(source="digits"), seed=0)
 
 
 def test_digits_split_sizes_and_values(digits):
@@ -51,7 +52,7 @@ def test_digits_train_and_eval_are_disjoint(digits):
 
 
 def test_digits_split_is_fixed(digits):
-    again = data.load(DataConfig(source="digits"), seed=123)   # the seed does not matter
+    again = sources.load(DataConfig(source="digits"), seed=123)   # the seed does not matter
     for a, b in ((digits.train, again.train), (digits.eval, again.eval)):
         np.testing.assert_array_equal(a.x, b.x)
         np.testing.assert_array_equal(a.y, b.y)
@@ -65,7 +66,7 @@ SYNTH = DataConfig(source="synthetic", num_samples=200, image_shape=(4, 4, 2), n
 
 
 def test_synthetic_shapes_and_classes():
-    ds = data.load(SYNTH, seed=3)
+    ds = sources.load(SYNTH, seed=3)
     assert len(ds.train) == 150 and len(ds.eval) == 50
     assert ds.input_shape == (4, 4, 2) and ds.num_classes == 5
     for split in (ds.train, ds.eval):
@@ -76,7 +77,7 @@ def test_synthetic_shapes_and_classes():
 
 
 def test_synthetic_is_deterministic_per_seed():
-    a, b, c = data.load(SYNTH, seed=3), data.load(SYNTH, seed=3), data.load(SYNTH, seed=4)
+    a, b, c = sources.load(SYNTH, seed=3), sources.load(SYNTH, seed=3), sources.load(SYNTH, seed=4)
     np.testing.assert_array_equal(a.train.x, b.train.x)
     np.testing.assert_array_equal(a.train.y, b.train.y)
     np.testing.assert_array_equal(a.eval.x, b.eval.x)
@@ -85,7 +86,7 @@ def test_synthetic_is_deterministic_per_seed():
 
 
 def test_synthetic_train_and_eval_are_disjoint():
-    ds = data.load(SYNTH, seed=3)
+    ds = sources.load(SYNTH, seed=3)
     train_rows = {r.tobytes() for r in ds.train.x}
     assert not train_rows & {r.tobytes() for r in ds.eval.x}
 
@@ -102,7 +103,7 @@ def test_npz_loads_and_scales_uint8(tmp_path):
     x[0, 0, 0] = 255
     y = (np.arange(20) % 4).astype(np.int64)
     np.savez(tmp_path / "d.npz", x=x, y=y)
-    ds = data.load(_npz_cfg(tmp_path / "d.npz", num_classes=0), seed=1)
+    ds = sources.load(_npz_cfg(tmp_path / "d.npz", num_classes=0), seed=1)
     assert ds.num_classes == 4                     # inferred as max(y)+1
     assert ds.input_shape == (3, 3)
     assert len(ds.train) == 16 and len(ds.eval) == 4
@@ -120,7 +121,7 @@ def test_npz_loads_and_scales_uint8(tmp_path):
 def test_npz_float_inputs_are_not_rescaled(tmp_path):
     x = np.linspace(-3, 3, 10 * 2, dtype=np.float64).reshape(10, 2)
     np.savez(tmp_path / "d.npz", x=x, y=np.arange(10) % 2)
-    ds = data.load(_npz_cfg(tmp_path / "d.npz", num_classes=2), seed=1)
+    ds = sources.load(_npz_cfg(tmp_path / "d.npz", num_classes=2), seed=1)
     together = np.concatenate([ds.train.x, ds.eval.x])
     assert together.min() == pytest.approx(-3) and together.max() == pytest.approx(3)
 
@@ -130,7 +131,7 @@ def test_npz_with_eval_path(tmp_path):
     xe, ye = np.random.default_rng(1).random((5, 5)), np.array([0, 1, 2, 2, 1])
     np.savez(tmp_path / "train.npz", x=xt, y=yt)
     np.savez(tmp_path / "eval.npz", x=xe, y=ye)
-    ds = data.load(_npz_cfg(tmp_path / "train.npz", eval_path=str(tmp_path / "eval.npz"),
+    ds = sources.load(_npz_cfg(tmp_path / "train.npz", eval_path=str(tmp_path / "eval.npz"),
                             num_classes=3), seed=0)
     assert len(ds.train) == 12 and len(ds.eval) == 5     # nothing held out of train
     np.testing.assert_allclose(ds.train.x, xt.astype(np.float32))
@@ -195,7 +196,7 @@ def _bad_npz(tmp_path, case):
 def test_npz_bad_inputs_are_user_errors(tmp_path, case):
     cfg, phrase = _bad_npz(tmp_path, case)
     with pytest.raises(UserError) as info:
-        data.load(cfg, seed=0)
+        sources.load(cfg, seed=0)
     message = str(info.value)
     assert phrase in message
     bad_file = cfg.eval_path if case.startswith("eval") else cfg.path
@@ -208,7 +209,7 @@ def test_npz_given_a_plain_npy_file_is_a_user_error(tmp_path):
     path = tmp_path / "data.npy"
     np.save(path, np.zeros((4, 2), np.float32))
     with pytest.raises(UserError) as info:
-        data.load(_npz_cfg(path), seed=0)
+        sources.load(_npz_cfg(path), seed=0)
     assert str(path) in str(info.value)
 
 
@@ -227,8 +228,8 @@ def _tfr_cfg(path, eval_path, **kw) -> DataConfig:
 def test_tfrecord_counts_records_in_every_file(tmp_path):
     paths = write_shards(tmp_path / "train", [3, 5, 2])
     ev = write_records(tmp_path / "eval.tfrecord", range(4))
-    ds = data.load(_tfr_cfg(tmp_path / "train", ev), seed=0)
-    assert isinstance(ds.train, data.Records)
+    ds = sources.load(_tfr_cfg(tmp_path / "train", ev), seed=0)
+    assert isinstance(ds.train, sources.Records)
     assert ds.train.files == tuple(map(str, paths))
     assert ds.train.counts == (3, 5, 2) and len(ds.train) == 10
     assert ds.eval.counts == (4,) and len(ds.eval) == 4
@@ -269,7 +270,7 @@ def test_resolve_files_missing_is_a_user_error(tmp_path, spec):
 def test_tfrecord_glob_and_list_specs_load(tmp_path):
     write_shards(tmp_path / "d", [2, 3, 4])
     ev = write_shards(tmp_path / "e", [2, 2], prefix="ev")
-    ds = data.load(_tfr_cfg(tmp_path / "d" / "*.tfrecord", f"{ev[0]},{ev[1]}"), seed=0)
+    ds = sources.load(_tfr_cfg(tmp_path / "d" / "*.tfrecord", f"{ev[0]},{ev[1]}"), seed=0)
     assert ds.train.counts == (2, 3, 4) and ds.eval.counts == (2, 2)
 
 
@@ -280,7 +281,7 @@ def test_tfrecord_truncated_file_is_a_user_error(tmp_path):
     for cut in (1, 7, 30):
         path.write_bytes(raw[:-cut])
         with pytest.raises(UserError) as info:
-            data.load(_tfr_cfg(path, ev), seed=0)
+            sources.load(_tfr_cfg(path, ev), seed=0)
         assert str(path) in str(info.value) and "truncated" in str(info.value)
         assert "{{" not in str(info.value) and "Op:" not in str(info.value)  # no TF internals
 
@@ -294,23 +295,23 @@ def test_tfrecord_garbage_or_empty_file_is_a_user_error(tmp_path, content, fragm
     path.write_bytes(content)
     ev = write_records(tmp_path / "eval.tfrecord", range(2))
     with pytest.raises(UserError, match=fragment):
-        data.load(_tfr_cfg(path, ev), seed=0)
+        sources.load(_tfr_cfg(path, ev), seed=0)
 
 
 def test_tfrecord_missing_path_is_a_user_error(tmp_path):
     ev = write_records(tmp_path / "eval.tfrecord", range(2))
     with pytest.raises(UserError, match="no data files at"):
-        data.load(_tfr_cfg(tmp_path / "missing.tfrecord", ev), seed=0)
+        sources.load(_tfr_cfg(tmp_path / "missing.tfrecord", ev), seed=0)
     train = write_records(tmp_path / "train.tfrecord", range(2))
     with pytest.raises(UserError, match="no data files at .*missing-eval"):
-        data.load(_tfr_cfg(train, tmp_path / "missing-eval"), seed=0)
+        sources.load(_tfr_cfg(train, tmp_path / "missing-eval"), seed=0)
 
 
 def test_tfrecord_wrong_image_size_is_a_user_error(tmp_path):
     path = write_records(tmp_path / "t.tfrecord", range(3), shape=(5, 5, 1))
     ev = write_records(tmp_path / "eval.tfrecord", range(2))
     with pytest.raises(UserError) as info:
-        data.load(_tfr_cfg(path, ev), seed=0)
+        sources.load(_tfr_cfg(path, ev), seed=0)
     message = str(info.value)
     assert "25 bytes" in message and "needs 16" in message and "data.image_shape" in message
 
@@ -319,11 +320,11 @@ def test_tfrecord_label_out_of_range_is_a_user_error(tmp_path):
     path = write_records(tmp_path / "t.tfrecord", range(3), labels=[0, 1, 9])
     ev = write_records(tmp_path / "eval.tfrecord", range(2))
     with pytest.raises(UserError) as info:
-        data.load(_tfr_cfg(path, ev), seed=0)
+        sources.load(_tfr_cfg(path, ev), seed=0)
     assert "data.num_classes=10" in str(info.value) and str(path) in str(info.value)
     neg = write_records(tmp_path / "n.tfrecord", range(2), labels=[0, -2])
     with pytest.raises(UserError, match="labels range over -2..0"):
-        data.load(_tfr_cfg(path.parent / "eval.tfrecord", neg), seed=0)
+        sources.load(_tfr_cfg(path.parent / "eval.tfrecord", neg), seed=0)
 
 
 def test_tfrecord_wrong_features_are_a_user_error(tmp_path):
@@ -334,23 +335,23 @@ def test_tfrecord_wrong_features_are_a_user_error(tmp_path):
             .SerializeToString())
     ev = write_records(tmp_path / "eval.tfrecord", range(2))
     with pytest.raises(UserError, match="'image_raw'.*'label'"):
-        data.load(_tfr_cfg(path, ev), seed=0)
+        sources.load(_tfr_cfg(path, ev), seed=0)
 
 
 def test_tfrecord_without_eval_path_is_a_user_error(tmp_path):
     path = write_records(tmp_path / "t.tfrecord", range(3))
     with pytest.raises(UserError, match="data.eval_path"):
-        data.load(DataConfig(source="tfrecord", path=str(path), image_shape=SHAPE,
+        sources.load(DataConfig(source="tfrecord", path=str(path), image_shape=SHAPE,
                              num_classes=3), seed=0)
 
 
 # ---------------------------------------------------------------------------------------------
 # Array pipelines
 
-def indexed(n: int) -> data.Arrays:
+def indexed(n: int) -> sources.Arrays:
     """x holds each sample's index (twice, to have a 2-D input), y = index % 10."""
     idx = np.arange(n, dtype=np.float32)
-    return data.Arrays(np.stack([idx, -idx], axis=1), (np.arange(n) % 10).astype(np.int32))
+    return sources.Arrays(np.stack([idx, -idx], axis=1), (np.arange(n) % 10).astype(np.int32))
 
 
 def _check_pairs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -380,7 +381,7 @@ def test_array_train_epochs_are_equal_complete_and_disjoint(size):
     shard = sharding.padded_shard_size(N, size)
     per_rank = []
     for rank in range(size):
-        stream = data.train_dataset(split, rank=rank, size=size, batch_size=BATCH,
+        stream = sources.train_dataset(split, rank=rank, size=size, batch_size=BATCH,
                                     first_epoch=0, epochs=EPOCHS, seed=SEED, shuffle=True)
         assert stream.steps_per_epoch == steps == math.ceil(math.ceil(N / size) / BATCH)
         assert stream.samples_per_epoch == shard
@@ -414,10 +415,10 @@ def test_array_train_resume_gives_the_same_batches(size):
     for rank in range(size):
         kw = dict(rank=rank, size=size, batch_size=BATCH, epochs=EPOCHS, seed=SEED,
                   shuffle=True)
-        full = _all_batches(data.train_dataset(split, first_epoch=0, **kw).dataset,
+        full = _all_batches(sources.train_dataset(split, first_epoch=0, **kw).dataset,
                             EPOCHS * steps)
         for first in range(1, EPOCHS):
-            stream = data.train_dataset(split, first_epoch=first, **kw)
+            stream = sources.train_dataset(split, first_epoch=first, **kw)
             assert stream.steps_per_epoch == steps
             resumed = _all_batches(stream.dataset, (EPOCHS - first) * steps)
             for (xa, ya), (xb, yb) in zip(full[first * steps:], resumed):
@@ -428,7 +429,7 @@ def test_array_train_resume_gives_the_same_batches(size):
 def test_array_train_resume_at_the_last_epoch_is_empty():
     # A run resumed when it already reached train.epochs: the trainer builds the stream before
     # it checks whether anything is left to train, so this must work and yield no batches.
-    stream = data.train_dataset(indexed(N), rank=0, size=2, batch_size=BATCH,
+    stream = sources.train_dataset(indexed(N), rank=0, size=2, batch_size=BATCH,
                                 first_epoch=EPOCHS, epochs=EPOCHS, seed=SEED, shuffle=True)
     assert stream.steps_per_epoch == sharding.steps_per_epoch(N, 2, BATCH)
     assert _all_batches(stream.dataset, 0) == []
@@ -436,7 +437,7 @@ def test_array_train_resume_at_the_last_epoch_is_empty():
 
 def test_array_train_without_shuffle_keeps_shard_order():
     # N=7, size 2: rank 1 owns 1,3,5 and pads to 4 by wrapping around its own shard.
-    stream = data.train_dataset(indexed(7), rank=1, size=2, batch_size=3, first_epoch=0,
+    stream = sources.train_dataset(indexed(7), rank=1, size=2, batch_size=3, first_epoch=0,
                                 epochs=2, seed=0, shuffle=False)
     batches = _all_batches(stream.dataset, 4)
     order = [_check_pairs(x, y).tolist() for x, y in batches]
@@ -445,9 +446,9 @@ def test_array_train_without_shuffle_keeps_shard_order():
 
 def test_array_train_seed_changes_the_order():
     kw = dict(rank=0, size=1, batch_size=N, first_epoch=0, epochs=1, shuffle=True)
-    a = _all_batches(data.train_dataset(indexed(N), seed=1, **kw).dataset, 1)[0][0]
-    b = _all_batches(data.train_dataset(indexed(N), seed=1, **kw).dataset, 1)[0][0]
-    c = _all_batches(data.train_dataset(indexed(N), seed=2, **kw).dataset, 1)[0][0]
+    a = _all_batches(sources.train_dataset(indexed(N), seed=1, **kw).dataset, 1)[0][0]
+    b = _all_batches(sources.train_dataset(indexed(N), seed=1, **kw).dataset, 1)[0][0]
+    c = _all_batches(sources.train_dataset(indexed(N), seed=2, **kw).dataset, 1)[0][0]
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
 
@@ -457,7 +458,7 @@ def test_array_eval_is_disjoint_complete_and_unpadded(n, size):
     split = indexed(n)
     seen = []
     for rank in range(size):
-        batches = list(data.eval_dataset(split, rank=rank, size=size, batch_size=2)
+        batches = list(sources.eval_dataset(split, rank=rank, size=size, batch_size=2)
                        .as_numpy_iterator())
         assert all(len(x) <= 2 for x, _ in batches)
         idx = np.concatenate([_check_pairs(x, y) for x, y in batches])
@@ -478,11 +479,11 @@ def _pixels(x: np.ndarray) -> np.ndarray:
     return values[:, 0, 0, 0]
 
 
-def _records(tmp_path, counts, cache="off") -> data.Records:
+def _records(tmp_path, counts, cache="off") -> sources.Records:
     folder = tmp_path / "records"
     write_shards(folder, counts)
     ev = write_records(tmp_path / "eval.tfrecord", range(3))
-    return data.load(_tfr_cfg(folder, ev, cache=cache), seed=0).train
+    return sources.load(_tfr_cfg(folder, ev, cache=cache), seed=0).train
 
 
 KEPT_OR_STREAMED = pytest.mark.parametrize("cache", ["on", "off"])   # data.cache's two paths
@@ -506,7 +507,7 @@ def test_auto_cache_keeps_what_fits_in_a_gib(cache, count, kept):
 def test_record_train_equal_steps_and_own_shard(tmp_path, counts, owned, shuffle, cache):
     split = _records(tmp_path, counts, cache)
     batch = 2
-    streams = [data.train_dataset(split, rank=r, size=2, batch_size=batch, first_epoch=0,
+    streams = [sources.train_dataset(split, rank=r, size=2, batch_size=batch, first_epoch=0,
                                   epochs=2, seed=5, shuffle=shuffle, shuffle_buffer=64)
                for r in range(2)]
     steps = math.ceil(max(len(o) for o in owned) / batch)
@@ -535,7 +536,7 @@ def test_record_eval_is_disjoint_complete_and_unpadded(tmp_path, counts, size, c
     split = _records(tmp_path, counts, cache)
     seen = []
     for rank in range(size):
-        for x, y in data.eval_dataset(split, rank=rank, size=size, batch_size=4) \
+        for x, y in sources.eval_dataset(split, rank=rank, size=size, batch_size=4) \
                 .as_numpy_iterator():
             assert x.shape[1:] == SHAPE and len(x) <= 4
             seen.extend(_pixels(x).tolist())
@@ -549,7 +550,7 @@ def test_resumed_record_stream_equals_the_uninterrupted_one(tmp_path, counts, ca
     split = _records(tmp_path, counts, cache)
 
     def stream(first_epoch, seed=5):
-        s = data.train_dataset(split, rank=1, size=2, batch_size=2, first_epoch=first_epoch,
+        s = sources.train_dataset(split, rank=1, size=2, batch_size=2, first_epoch=first_epoch,
                                epochs=4, seed=seed, shuffle=True, shuffle_buffer=3)
         return s.steps_per_epoch, [_pixels(x) for x, _ in s.dataset.as_numpy_iterator()]
     steps, full = stream(0)

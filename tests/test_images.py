@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain import data, images, rundir
+from hvdtrain import rundir
+from hvdtrain.data import images, sources
 from hvdtrain.config import DataConfig
-from hvdtrain.digit_files import NAMES, SORTED, digits_uint8, sample_photos, write_digits
+from hvdtrain.testing.digit_files import NAMES, SORTED, digits_uint8, sample_photos, write_digits
 from hvdtrain.errors import UserError
 
 N = 60  # digits 0..59: 6 per class on average, PNG (8x8) and JPEG (16x16) in each
@@ -81,14 +82,14 @@ def test_real_photos_are_resized_and_converted_to_the_channels_asked(tmp_path):
 
 def test_eval_fraction_is_held_out_per_class(tree):
     found = images.scan(str(tree), (8, 8, 1))
-    ds = data.load(_cfg(tree, eval_fraction=0.25), seed=3)
+    ds = sources.load(_cfg(tree, eval_fraction=0.25), seed=3)
     assert ds.class_names == tuple(SORTED) and ds.num_classes == 10
     assert sorted(ds.train.paths + ds.eval.paths) == sorted(found.paths)
     assert not set(ds.train.paths) & set(ds.eval.paths)
     for label in range(10):
         n = int(np.sum(found.labels == label))
         assert int(np.sum(ds.eval.labels == label)) == max(1, round(n * 0.25))
-    again, other = data.load(_cfg(tree, eval_fraction=0.25), seed=3), data.load(
+    again, other = sources.load(_cfg(tree, eval_fraction=0.25), seed=3), sources.load(
         _cfg(tree, eval_fraction=0.25), seed=4)
     assert again.eval.paths == ds.eval.paths and other.eval.paths != ds.eval.paths
 
@@ -97,7 +98,7 @@ def test_eval_fraction_is_held_out_per_class(tree):
 def test_train_shards_every_class_equal_steps_disjoint_and_complete(tree, size):
     split = images.scan(str(tree), (8, 8, 1))
     batch, epochs = 4, 2
-    streams = [data.train_dataset(split, rank=r, size=size, batch_size=batch, first_epoch=0,
+    streams = [sources.train_dataset(split, rank=r, size=size, batch_size=batch, first_epoch=0,
                                   epochs=epochs, seed=5, shuffle=True) for r in range(size)]
     width = max(len(images.own_indices(split, r, size)) for r in range(size))
     assert {s.steps_per_epoch for s in streams} == {math.ceil(width / batch)}
@@ -115,7 +116,7 @@ def test_train_shards_every_class_equal_steps_disjoint_and_complete(tree, size):
 
 
 def _batches(split, first_epoch, epochs=3, rank=1, size=2, seed=7, **kw):
-    stream = data.train_dataset(split, rank=rank, size=size, batch_size=4,
+    stream = sources.train_dataset(split, rank=rank, size=size, batch_size=4,
                                 first_epoch=first_epoch, epochs=epochs, seed=seed,
                                 shuffle=True, **kw)
     return stream.steps_per_epoch, list(stream.dataset.as_numpy_iterator())
@@ -154,7 +155,7 @@ def test_eval_is_disjoint_complete_and_unpadded(tree, size):
     want = images.decode_all(split.paths, (8, 8, 1))
     seen = []
     for rank in range(size):
-        for x, y in data.eval_dataset(split, rank=rank, size=size, batch_size=4) \
+        for x, y in sources.eval_dataset(split, rank=rank, size=size, batch_size=4) \
                 .as_numpy_iterator():
             seen += list(zip(x, y))
     assert len(seen) == N
@@ -163,7 +164,7 @@ def test_eval_is_disjoint_complete_and_unpadded(tree, size):
 
 
 def test_class_names_are_saved(tree, tmp_path):
-    ds = data.load(_cfg(tree), seed=0)
+    ds = sources.load(_cfg(tree), seed=0)
     rundir.save_class_names(tmp_path, ds.names())
     assert json.loads((tmp_path / "classes.json").read_text())["class_names"] == SORTED
 
@@ -225,7 +226,7 @@ CASES = ["truncated jpeg", "corrupt jpeg", "not an image", "empty class", "no cl
 def test_bad_image_input_is_a_user_error_naming_the_file(tmp_path, case):
     cfg, named, phrase = _bad_tree(tmp_path, case)
     with pytest.raises(UserError) as info:
-        ds = data.load(cfg, seed=0)
+        ds = sources.load(cfg, seed=0)
         images.check_ready(ds.train, ds.eval, 0, 1, True)
     assert phrase in str(info.value) and named in str(info.value)
 
@@ -233,7 +234,7 @@ def test_bad_image_input_is_a_user_error_naming_the_file(tmp_path, case):
 @pytest.mark.fault
 def test_a_corrupt_file_is_found_by_the_rank_that_owns_it(tmp_path):
     cfg, named, _ = _bad_tree(tmp_path, "truncated jpeg")
-    ds = data.load(cfg, seed=0)
+    ds = sources.load(cfg, seed=0)
     owner = [r for r in range(2) if named in [ds.train.paths[i] for i in range(r, len(ds.train), 2)]
              + [ds.eval.paths[i] for i in range(r, len(ds.eval), 2)]]
     assert len(owner) == 1
@@ -247,7 +248,7 @@ def test_a_corrupt_file_is_found_by_the_rank_that_owns_it(tmp_path):
 def test_a_class_with_fewer_files_than_ranks_is_refused(tmp_path):
     train = tmp_path / "train"
     write_digits(train, range(40))
-    ds = data.load(_cfg(train, eval_path=str(train)), seed=0)
+    ds = sources.load(_cfg(train, eval_path=str(train)), seed=0)
     smallest = int(np.bincount(ds.train.labels).min())
     images.check_ready(ds.train, ds.eval, 0, smallest, True)
     with pytest.raises(UserError) as info:
@@ -267,7 +268,7 @@ def test_an_unreadable_folder_is_a_user_error(tmp_path, monkeypatch):
         return real(path)
     monkeypatch.setattr(images.os, "scandir", scandir)
     with pytest.raises(UserError, match=f"{train / 'four'} is not readable"):
-        data.load(_cfg(train), seed=0)
+        sources.load(_cfg(train), seed=0)
 
 
 @pytest.mark.fault

@@ -16,9 +16,9 @@ import pytest
 
 from conftest import (assert_ok, assert_stopped_with_one_line, convert_digits, exported_model,
                       hvdtrain, launch, launcher_turns)
-from hvdtrain import data
+from hvdtrain.data import sources
 from hvdtrain.config import DataConfig
-from hvdtrain.digit_files import SORTED, write_digit_tree, write_digits
+from hvdtrain.testing.digit_files import SORTED, write_digit_tree, write_digits
 
 pytestmark = pytest.mark.multirank
 
@@ -57,7 +57,7 @@ def test_image_folders_train_to_the_digits_bar(digit_tree, tmp_path):
 def shard_log(folder: Path) -> dict[str, str]:
     """The environment that has every rank write the ids its first epoch reads into folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    return {data.SHARD_LOG_ENV: str(folder)}
+    return {sources.SHARD_LOG_ENV: str(folder)}
 
 
 def whole_split(source: str, digit_tree: tuple[Path, Path], path: Path | None = None) -> set:
@@ -65,7 +65,7 @@ def whole_split(source: str, digit_tree: tuple[Path, Path], path: Path | None = 
     where = {"images": {"path": str(digit_tree[0]), "eval_path": str(digit_tree[1]),
                         "image_shape": (8, 8, 1)},
              "tfrecord": {"path": str(path)}, "digits": {}}[source]
-    train = data.load(DataConfig(source=source, **where), seed=42).train
+    train = sources.load(DataConfig(source=source, **where), seed=42).train
     return set(train.paths) if source == "images" else {str(i) for i in range(len(train))}
 
 
@@ -79,9 +79,10 @@ def assert_sharded(folder: Path, ranks: int, whole: set) -> None:
 
 # A control: every rank builds the train stream of a world of one (rank 0 of 1): no sharding.
 NOT_SHARDED = """
-from hvdtrain import cli, data
-build = data.train_dataset
-data.train_dataset = lambda split, **k: build(split, **{**k, "rank": 0, "size": 1})
+from hvdtrain import cli
+from hvdtrain.data import sources
+build = sources.train_dataset
+sources.train_dataset = lambda split, **k: build(split, **{**k, "rank": 0, "size": 1})
 cli.main()
 """
 

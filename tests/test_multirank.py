@@ -137,9 +137,10 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["train"]["epochs"] == 5
 
     # The exported model is the trained one: it scores the reported accuracy on its own.
-    from hvdtrain import data, presets
+    from hvdtrain import presets
+    from hvdtrain.data import sources
     model = exported_model(run_dir)
-    evaluation = data.load(presets.digits().data, seed=42).eval
+    evaluation = sources.load(presets.digits().data, seed=42).eval
     predicted = np.argmax(model.predict(evaluation.x, verbose=0), axis=1)
     assert np.mean(predicted == evaluation.y) == pytest.approx(summary["final_eval_accuracy"])
 

@@ -15,9 +15,10 @@ import tensorflow as tf
 
 from conftest import (assert_ok, assert_stopped_with_one_line, convert_digits, hvdtrain, launch,
                       launcher_turns)
-from hvdtrain import checkpoints, convert, images, models, predict, predict_inputs, records
+from hvdtrain import checkpoints, models, predict
+from hvdtrain.data import convert, images, predict_inputs, records
 from hvdtrain.config import Config, ModelConfig
-from hvdtrain.digit_files import SORTED, digits_uint8, write_digit_tree, write_digits
+from hvdtrain.testing.digit_files import SORTED, digits_uint8, write_digit_tree, write_digits
 from hvdtrain.errors import UserError
 
 SHAPE = (8, 8, 1)
@@ -30,7 +31,7 @@ SHAPE = (8, 8, 1)
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
 def test_the_ranks_scores_go_back_in_input_order(total, size):
     rows = np.arange(total, dtype=np.float64)[:, None]
-    per_rank = [rows[rank::size] for rank in range(size)]   # what data.eval_dataset shards
+    per_rank = [rows[rank::size] for rank in range(size)]   # what sources.eval_dataset shards
     np.testing.assert_array_equal(predict.in_input_order(per_rank), rows)
     if len(per_rank[0]) != len(per_rank[-1]):  # shares out of rank order: caught, not mixed
         with pytest.raises(ValueError, match="not its share"):

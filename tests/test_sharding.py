@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hvdtrain import sharding
+from hvdtrain.data import sharding
 
 SIZES = [1, 2, 3, 4]
 SAMPLE_COUNTS = [1, 2, 3, 4, 5, 7, 8, 10, 31, 64, 100, 1437]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import run_job
-from hvdtrain import sklearn_data
+from hvdtrain.data import sklearn_data
 
 LOADED = """
 import json, sys
@@ -47,7 +47,7 @@ def test_control_a_plain_import_loads_them_on_keras_3():
 
 DIGITS = """
 import sys
-from hvdtrain import sklearn_data
+from hvdtrain.data import sklearn_data
 {fallback}
 images, digits = sklearn_data.digits()
 print("sklearn" in sys.modules, images.shape, digits.shape)

@@ -14,7 +14,7 @@ Two rates in samples/s, measured one after the other in one process bound to ``t
 with as many TensorFlow intra-op threads (default 1: the one-core-per-rank budget of ``bench
 scaling``, and a rank's share when a host runs a rank per core):
 
-- pipeline: hvdtrain's own training pipeline for the source (``data.train_dataset`` of rank 0
+- pipeline: hvdtrain's own training pipeline for the source (``sources.train_dataset`` of rank 0
   of 1, with the config's defaults) iterated alone, after its first batches (tracing);
 - step: the model's training step (Keras ``fit``, the preset's optimizer) on one batch held in
   memory, without the all-reduce, which only makes a step slower: the harder case.
@@ -97,7 +97,8 @@ def _bind(threads: int) -> list[int]:
 def _sources(shape: tuple[int, ...], samples: int, work: Path) -> dict[str, Any]:
     """The data config of every source that holds ``shape``, its files written under ``work``."""
     import numpy as np
-    from hvdtrain import convert, data, digit_files
+    from hvdtrain.data import convert, sources
+    from hvdtrain.testing import digit_files
     from hvdtrain.config import DataConfig
 
     folder = work / "x".join(map(str, shape))
@@ -108,7 +109,7 @@ def _sources(shape: tuple[int, ...], samples: int, work: Path) -> dict[str, Any]
     convert.convert(str(folder / "digits.npz"), str(folder / "shards"), shards=4, seed=SEED,
                     progress=lambda total: convert.Progress(total, stream=io.StringIO()))
     digit_files.write_digits(folder / "images", range(samples), side=side, channels=channels)
-    configs = {"digits": DataConfig(source="digits")} if shape == data.DIGITS_SHAPE else {}
+    configs = {"digits": DataConfig(source="digits")} if shape == sources.DIGITS_SHAPE else {}
     configs.update(
         synthetic=DataConfig(source="synthetic", num_samples=samples, image_shape=shape),
         npz=DataConfig(source="npz", path=str(folder / "digits.npz"), num_classes=0),
@@ -132,8 +133,8 @@ def _timed(next_batch, plan: Plan) -> list[float]:
 
 def pipeline_rates(cfg, batch_size: int, plan: Plan) -> list[float]:
     """hvdtrain's training pipeline of ``cfg``'s source for rank 0 of 1, iterated alone."""
-    from hvdtrain import data
-    stream = data.train_dataset(data.load(cfg, SEED).train, rank=0, size=1,
+    from hvdtrain.data import sources
+    stream = sources.train_dataset(sources.load(cfg, SEED).train, rank=0, size=1,
                                 batch_size=batch_size, first_epoch=0, epochs=EPOCHS,
                                 seed=SEED, shuffle=cfg.shuffle,
                                 shuffle_buffer=cfg.shuffle_buffer)
@@ -147,11 +148,12 @@ def step_rates(preset: str, plan: Plan) -> tuple[dict[str, Any], list[float]]:
     """The preset's model and optimizer, training on one batch held in memory."""
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import data, models, presets
+    from hvdtrain import models, presets
+    from hvdtrain.data import sources
     from hvdtrain.bench.scaling import step_timer
 
     cfg = presets.build_config(preset)
-    shape, batch = data.input_shape(cfg.data), cfg.train.batch_size
+    shape, batch = sources.input_shape(cfg.data), cfg.train.batch_size
     tf.keras.utils.set_random_seed(SEED)
     model = models.build(cfg.model, shape, 10)
     models.compile_classifier(model, models.base_optimizer(cfg.optim))
@@ -171,14 +173,15 @@ def step_rates(preset: str, plan: Plan) -> tuple[dict[str, Any], list[float]]:
 
 def rank_main(options: dict[str, Any]) -> None:
     cores = _bind(options["threads"])
-    from hvdtrain import data, presets
+    from hvdtrain import presets
+    from hvdtrain.data import sources
     plan = Plan(**{**options["plan"], "presets": tuple(options["plan"]["presets"])})
     steps, inputs = [], []
     for preset in plan.presets:
         described, rates = step_rates(preset, plan)
         steps.append({**described, "rates": rates})
         cfg = presets.build_config(preset)
-        shape_and_batch = (tuple(data.input_shape(cfg.data)), cfg.train.batch_size)
+        shape_and_batch = (tuple(sources.input_shape(cfg.data)), cfg.train.batch_size)
         if shape_and_batch not in inputs:   # digits and digits-mlp share theirs
             inputs.append(shape_and_batch)
     pipelines = []

@@ -115,9 +115,10 @@ def _keras_parts(cfg, strategy_scope):
     the whole eval set with the distributed model's current weights."""
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import data, models
+    from hvdtrain import models
+    from hvdtrain.data import sources
 
-    dataset = data.load(cfg.data, cfg.train.seed)
+    dataset = sources.load(cfg.data, cfg.train.seed)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     with strategy_scope:
         model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)

@@ -37,7 +37,8 @@ def plain_main(options: dict[str, Any]) -> None:
     core = sorted(os.sched_getaffinity(0))[0]
     os.sched_setaffinity(0, {core})   # the core mpirun --bind-to core gives rank 0
     import tensorflow as tf
-    from hvdtrain import data, models, placement, presets
+    from hvdtrain import models, placement, presets
+    from hvdtrain.data import sources
 
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])
     share = placement.threads_per_rank(*placement.cores_available(), 1)
@@ -45,8 +46,8 @@ def plain_main(options: dict[str, Any]) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(intra)
     tf.config.threading.set_inter_op_parallelism_threads(inter)
     tf.keras.utils.set_random_seed(cfg.train.seed)
-    dataset = data.load(cfg.data, cfg.train.seed)
-    assert isinstance(dataset.train, data.Arrays)  # the benchmark's presets are synthetic
+    dataset = sources.load(cfg.data, cfg.train.seed)
+    assert isinstance(dataset.train, sources.Arrays)  # the benchmark's presets are synthetic
     model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
     models.compile_classifier(model, models.base_optimizer(cfg.optim))
     timer = scaling.step_timer()

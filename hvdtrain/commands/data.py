@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     shape = (overrides.parse_value("--image-shape", args.image_shape, tuple[int, ...])
              if args.image_shape else None)
     launching.load_tensorflow()
-    from hvdtrain import convert
+    from hvdtrain.data import convert
 
     meta = convert.convert(args.src, args.dst, shards=args.shards, image_shape=shape,
                            eval_path=args.eval_path, eval_fraction=args.eval_fraction,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hvdtrain import sklearn_data
+from hvdtrain.data import sklearn_data
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 SORTED = sorted(NAMES)          # class id = position here

@@ -1,9 +1,9 @@
 """What ``hvdtrain predict`` runs a model over: INPUT read as a data split that the eval pipeline
-shards (``data.eval_dataset``), with one name per input for the CSV, in input order.
+shards (``sources.eval_dataset``), with one name per input for the CSV, in input order.
 
     a folder of JPEG/PNG files (flat, or one sub-folder per class), or one image file
         -> images.ImageFiles, resized to the model's input; named by their paths (sorted)
-    an .npz file with an array x (y not needed)  -> data.Arrays; named by their row, 0, 1, ...
+    an .npz file with an array x (y not needed)  -> sources.Arrays; named by their row, 0, 1, ...
     TFRecord files in the layout the tfrecord source reads (a file, a folder of shards, a glob
     or a comma list)                             -> records.Records; named FILE:RECORD
     nothing: the run's own eval set, as training held it out
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hvdtrain import data, images, records
+from hvdtrain.data import images, records, sources
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
 
 
 @dataclass(frozen=True)
 class Inputs:
-    split: data.Split
+    split: sources.Split
     names: list[str]      # the CSV's input column, in input order
 
     def __len__(self) -> int:
@@ -35,15 +35,15 @@ class Inputs:
 def read(spec: str, input_shape: tuple[int, ...], config: Config) -> Inputs:
     """INPUT (``spec``; empty: the run's eval set) for a model taking ``input_shape``."""
     if not spec:
-        split = data.load(config.data, config.train.seed).eval
+        split = sources.load(config.data, config.train.seed).eval
     elif spec.endswith(".npz"):
-        split = data.read_npz(spec, labels=False)
+        split = sources.read_npz(spec, labels=False)
     elif _is_images(spec):
         split = _images(spec, input_shape)
     else:
         split = records.scan(spec, input_shape, None, shape_from="the model's input shape",
                              shape_fix="the model was trained on other images")
-    if isinstance(split, data.Arrays) and split.x.shape[1:] != tuple(input_shape):
+    if isinstance(split, sources.Arrays) and split.x.shape[1:] != tuple(input_shape):
         raise UserError(f"{spec or config.data.path}: x holds inputs of shape "
                         f"{split.x.shape[1:]} but the model takes {tuple(input_shape)}: pass "
                         f"inputs of the model's shape (images: a folder, resized for you)")
@@ -85,7 +85,7 @@ def _images(spec: str, input_shape: tuple[int, ...]) -> images.ImageFiles:
                              tuple(input_shape), ())
 
 
-def names(split: data.Split) -> list[str]:
+def names(split: sources.Split) -> list[str]:
     if isinstance(split, images.ImageFiles):
         return list(split.paths)
     if isinstance(split, records.Records):

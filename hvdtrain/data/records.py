@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import sharding
+from hvdtrain.data import sharding
 from hvdtrain.errors import UserError
-from hvdtrain.tfdata import TrainStream, gathered_train, keeps_in_memory, with_thread_budget
+from hvdtrain.data.tfdata import TrainStream, gathered_train, keeps_in_memory, with_thread_budget
 
 FEATURES = {"image_raw": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}

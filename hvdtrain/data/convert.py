@@ -2,8 +2,8 @@
 the layout the tfrecord source reads, with a sidecar (``records.SIDECAR``) so that training on
 DST needs no other flag.
 
-The source is read by the training source itself (``data.load``), so the classes, the checks and
-the eval hold-out are those of training on SRC with the same seed and fraction. Every shard is
+The source is read by the training source itself (``sources.load``), so the classes, the checks
+and the eval hold-out are those of training on SRC with the same seed and fraction. Every shard is
 written under a ``.partial`` name inside ``DST.partial-PID`` and renamed when complete; the
 folder becomes DST last. A conversion killed half-way leaves no DST and no shard that looks
 complete; an existing DST is refused, never touched.
@@ -21,7 +21,8 @@ from typing import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import checkpoints, data, images, records
+from hvdtrain import checkpoints
+from hvdtrain.data import images, records, sources
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
 from hvdtrain.progress import Progress
@@ -35,10 +36,10 @@ def _uint8(x: np.ndarray, where: str) -> np.ndarray:
     return np.rint(x * 255.0).astype(np.uint8)
 
 
-def _samples(split: data.Split, order: np.ndarray,
+def _samples(split: sources.Split, order: np.ndarray,
              where: str) -> Iterator[tuple[np.ndarray, int]]:
     """(uint8 image, label) for the samples of ``split`` at ``order``, in that order."""
-    if isinstance(split, data.Arrays):
+    if isinstance(split, sources.Arrays):
         pixels = _uint8(split.x[order], where)
         yield from zip(pixels, split.y[order].tolist())
         return
@@ -62,7 +63,7 @@ def _example(image: np.ndarray, label: int) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def _write_split(name: str, split: data.Split, shards: int, folder: Path, seed: int,
+def _write_split(name: str, split: sources.Split, shards: int, folder: Path, seed: int,
                  progress: Progress, where: str) -> tuple[list[str], list[int]]:
     """The split in min(shards, samples) files, its samples drawn in one seeded shuffle so that
     every file holds a mix of the classes. Returns the file names and their counts."""
@@ -115,7 +116,7 @@ def convert(src: str, dst: str, *, shards: int = 4, image_shape: tuple[int, ...]
         raise UserError(f"--shards must be >= 1, got {shards}")
     cfg = source_config(src, image_shape=image_shape, eval_path=eval_path,
                         eval_fraction=eval_fraction)
-    dataset = data.load(cfg, seed)
+    dataset = sources.load(cfg, seed)
     partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
     try:
         partial.mkdir(parents=True)
@@ -131,7 +132,7 @@ def convert(src: str, dst: str, *, shards: int = 4, image_shape: tuple[int, ...]
     return meta
 
 
-def _write(dataset: data.DataSet, folder: Path, shards: int, seed: int,
+def _write(dataset: sources.DataSet, folder: Path, shards: int, seed: int,
            progress: Callable[[int], Progress], cfg: DataConfig) -> dict:
     report = progress(len(dataset.train) + len(dataset.eval))
     train_files, train_counts = _write_split("train", dataset.train, shards, folder, seed,

@@ -4,7 +4,7 @@ Nothing here knows about Horovod: pipelines take ``rank`` and ``size`` as argume
 Sources: ``synthetic`` (a learnable random problem), ``digits`` (scikit-learn's built-in 8x8
 digits), ``npz`` (arrays ``x`` and ``y``), ``tfrecord`` (``image_raw`` bytes + int64 ``label``
 per record, the MNIST TFRecord layout, optionally with the sidecar ``hvdtrain data convert``
-writes) and ``images`` (class folders of JPEG/PNG files, see ``hvdtrain.images``).
+writes) and ``images`` (class folders of JPEG/PNG files, see ``hvdtrain.data.images``).
 Every source's order is a function of (seed, epoch, rank), so a resumed run sees the batches an
 uninterrupted one would have seen.
 """
@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import images, placement, records, sharding, sklearn_data, tfdata
+from hvdtrain import placement
+from hvdtrain.data import images, records, sharding, sklearn_data, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
-from hvdtrain.records import Records
-from hvdtrain.tfdata import TrainStream
+from hvdtrain.data.records import Records
+from hvdtrain.data.tfdata import TrainStream
 
 
 @dataclass(frozen=True)

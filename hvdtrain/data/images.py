@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import sharding
-from hvdtrain.tfdata import (TrainStream, gathered_train, indexed_train, keeps_in_memory,
+from hvdtrain.data import sharding
+from hvdtrain.data.tfdata import (TrainStream, gathered_train, indexed_train, keeps_in_memory,
                              with_thread_budget)
 from hvdtrain.errors import UserError
 
