@@ -4,9 +4,10 @@
 # patch of every minor from 2.15 to 2.21), the user's path of docs/install.md in a fresh venv:
 # pip install tensorflow-cpu==VERSION (pip picks the newest Keras it allows), the hvdtrain wheel
 # with its test extra, `hvdtrain setup horovod`, `hvdtrain doctor`; then the correctness core
-# (2 ranks x B == 1 rank x 2B, identical weights, resume) from tests/test_multirank.py, one
-# launcher per test. One table row per version into benchmarks/results/compat-DATE.md; a
-# version that fails says at which step, and the step's log is kept.
+# (2 ranks x B == 1 rank x 2B, identical weights, resume) from
+# tests/multirank/test_multirank.py, one launcher per test. One table row per version into
+# benchmarks/results/compat-DATE.md; a version that fails says at which step, and the step's log
+# is kept.
 #
 #   scripts/compat.sh [WORK_DIR] [VERSION...]      e.g. scripts/compat.sh /tmp/compat 2.19.1
 set -uo pipefail
@@ -60,7 +61,7 @@ for version in "${VERSIONS[@]}"; do
             step doctor "$WORK/$version-doctor.log" env PATH="$venv/bin:$PATH" \
                 "$venv/bin/hvdtrain" doctor && doctor=ok || doctor=FAIL
             step core "$WORK/$version-core.log" env PATH="$venv/bin:$PATH" \
-                "$venv/bin/python" -m pytest tests/test_multirank.py -q -k "$CORE" \
+                "$venv/bin/python" -m pytest tests/multirank/test_multirank.py -q -k "$CORE" \
                 --launcher-turns -p no:cacheprovider
             core=$(tail -1 "$WORK/$version-core.log")
         fi

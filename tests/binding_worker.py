@@ -1,4 +1,4 @@
-"""Launched by tests/test_binding.py: the library pattern (a user's own ``fit`` with
+"""Launched by tests/multirank/test_binding.py: the library pattern (a user's own ``fit`` with
 ``dist.distributed_optimizer`` and ``dist.fit_callbacks()``) on several models in turn, in ONE
 job, saving what every rank ends with; at 1 rank it is the replay at twice the batch."""
 from __future__ import annotations

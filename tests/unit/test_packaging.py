@@ -7,11 +7,9 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
-from conftest import launcher_env, run_job
+from helpers import ROOT, launcher_env, run_job
 
-ROOT = Path(__file__).parent.parent
 
 
 def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(tmp_path):

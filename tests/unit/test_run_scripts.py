@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, launcher_env, run_job
+from helpers import ROOT, assert_ok, launcher_env, run_job
 from hvdtrain import __version__, launching
 
-SCRIPTS = Path(__file__).parent.parent / "run_scripts"
+SCRIPTS = ROOT / "run_scripts"
 ALL = ["local.sh", "mpirun_hostfile.sh", "slurm.sbatch", "elastic.sh", "discover_hosts.sh"]
 
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parent.parent
+from helpers import ROOT
 
 
 def _fake_python(tmp_path: Path, version: str) -> Path:

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_job
+from helpers import run_job
 from hvdtrain.data import sklearn_data
 
 LOADED = """

@@ -3,7 +3,7 @@ own address, host name and SSH server, launched by horovodrun -H (Gloo) and by m
 hostfile through run_scripts/mpirun_hostfile.sh (MPI), and compared with the same job on one host.
 
 Skipped, with the reason, where namespaces cannot be made (not root, no iproute2 or sshd); under
-CI as root that is a failure instead (conftest.skip_unless_optional).
+CI as root that is a failure instead (helpers.skip_unless_optional).
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, TESTS, assert_same_training,
-                      hvdtrain, launcher_env, one_host_summary, skip_unless_optional)
+from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS,
+                     assert_same_training, hvdtrain, launcher_env, one_host_summary,
+                     skip_unless_optional)
 from netns_cluster import NetnsCluster, remove_stale, unavailable_reason
 
 # The cluster is made by the first test (about 20 s); each job runs to 400 s at most.
@@ -50,7 +51,7 @@ def test_horovodrun_gloo_across_three_hosts_equals_one_host(cluster, tmp_path):
     hosts = ",".join(f"{name}:1" for name in cluster.names)
     multi, where = run_on_cluster(cluster, tmp_path, [
         str(BIN / "horovodrun"), "-np", "3", "-H", hosts, "--gloo",
-        "--network-interface", cluster.interface, str(TESTS / "report_host.sh"),
+        "--network-interface", cluster.interface, str(REPORT_HOST),
         *hvdtrain("train", *TRAIN_ARGS, "--run-dir", str(tmp_path / "multi"))])
     # Each rank ran on its own host: rank r on host r+1, at that namespace's address.
     assert where == {r: (name, address) for r, (name, address)
@@ -66,7 +67,7 @@ def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path):
     multi, where = run_on_cluster(cluster, tmp_path, [
         str(ROOT / "run_scripts" / "mpirun_hostfile.sh"), "-f", str(hostfile),
         "-i", cluster.interface, "-x", "REPORT_DIR", "-x", "REPORT_IFACE",
-        "-p", f"{TESTS / 'report_host.sh'} {BIN / 'hvdtrain'} train",
+        "-p", f"{REPORT_HOST} {BIN / 'hvdtrain'} train",
         "--", *TRAIN_ARGS, "--run-dir", str(tmp_path / "multi")])
     assert where == {0: (cluster.names[0], cluster.addresses[0]),
                      1: (cluster.names[1], cluster.addresses[1])}

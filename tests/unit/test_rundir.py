@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (assert_ok, error_lines, exported_model, hvdtrain, launch, snapshot)
+from helpers import (assert_ok, error_lines, exported_model, hvdtrain, launch, snapshot)
 from hvdtrain import checkpoints, models, presets, rundir
 from hvdtrain.config import to_dict
 from hvdtrain.errors import UserError

@@ -17,8 +17,8 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from conftest import (BIN, Job, assert_ok, assert_stopped_with_one_line, hvdtrain,
-                      importable_from, launch, launch_command, snapshot, weights)
+from helpers import (BIN, Job, ROOT, assert_ok, assert_stopped_with_one_line, hvdtrain,
+                     importable_from, launch, launch_command, snapshot, weights)
 from hvdtrain import checkpoints, debug
 
 pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.beside]
@@ -253,7 +253,7 @@ ELASTIC_JOIN_S = 60     # from a worker's host appearing to its joining (at an e
 
 def elastic_command(hosts: Path, np_: int, run_dir: Path, *args: str) -> list[str]:
     """Through the launch scripts users run: run_scripts/elastic.sh with discover_hosts.sh."""
-    scripts = Path(__file__).parent.parent / "run_scripts"
+    scripts = ROOT / "run_scripts"
     return [str(scripts / "elastic.sh"), "-n", str(np_), "--min-np", "2", "--max-np", "3",
             "-d", f"{scripts / 'discover_hosts.sh'} {hosts}", "-i", "lo", "-t", "60",
             "--", *QUICK, "--run-dir", str(run_dir), *args]

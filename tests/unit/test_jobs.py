@@ -1,4 +1,4 @@
-"""conftest's jobs cannot hang the suite: a job past its time limit, or silent while a test
+"""helpers.py's jobs cannot hang the suite: a job past its time limit, or silent while a test
 waits for its next line, is ended with every process it started, one that left the job's
 session too (as horovodrun's ranks do), and the failure carries the job's output so far."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Job, JobTimedOut, run_job
+from helpers import Job, JobTimedOut, run_job
 
 
 def leaves_its_session(marker: str) -> list[str]:

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from conftest import assert_ok, hvdtrain, keras_major, run_job
+from helpers import assert_ok, hvdtrain, keras_major, run_job
 from hvdtrain.bench import (allreduce, peers, project, scaling, stacks, suite, tax,
                             versus_horovod)
 from hvdtrain.bench import input as input_bench

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import (EXACT, assert_ok, assert_stopped_with_one_line, exported_model,
-                      hvdtrain, importable_from, largest_difference, launch, launcher_turns,
-                      snapshot, weights, worker, write_records)
+from helpers import (EXACT, assert_ok, assert_stopped_with_one_line, exported_model,
+                     hvdtrain, importable_from, largest_difference, launch, launcher_turns,
+                     snapshot, weights, worker, write_records)
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 

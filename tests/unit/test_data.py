@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import RECORD_SHAPE, write_records, write_shards
+from helpers import RECORD_SHAPE, write_records, write_shards
 from hvdtrain.data import records, sharding, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError

@@ -6,7 +6,7 @@ scancel, a rank killed on one node, and a requeued job, each resumed from its ru
 Every job is submitted from the checkout, as the README says, with its output file and run
 directory in the test's own directory. One cluster serves every test of the file. Skipped, with
 the reason, where the cluster cannot be made (not root, SLURM or munge not installed); under CI
-as root that is a failure instead (conftest.skip_unless_optional).
+as root that is a failure instead (helpers.skip_unless_optional).
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, TESTS, assert_same_training,
-                      launcher_env, one_host_summary, skip_unless_optional)
+from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS,
+                     assert_same_training, launcher_env, one_host_summary, skip_unless_optional)
 from netns_cluster import remove_stale
 from slurm_cluster import SlurmCluster, unavailable_reason
 
@@ -98,7 +98,7 @@ def submit(cluster: SlurmCluster, tmp_path: Path, *, sbatch: list[str] = (),
     shim = tmp_path / "bin"   # `hvdtrain` here records the rank's host, then runs the real one
     shim.mkdir(exist_ok=True)
     (shim / "hvdtrain").write_text(
-        f'#!/bin/sh\nexec {TESTS / "report_host.sh"} {BIN / "hvdtrain"} "$@"\n')
+        f'#!/bin/sh\nexec {REPORT_HOST} {BIN / "hvdtrain"} "$@"\n')
     (shim / "hvdtrain").chmod(0o755)
     report = tmp_path / f"report-{run_dir}"
     report.mkdir(exist_ok=True)

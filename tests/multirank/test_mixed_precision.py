@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import assert_ok, launch, largest_difference, weights, worker
+from helpers import assert_ok, launch, largest_difference, weights, worker
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 

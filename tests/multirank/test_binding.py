@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TESTS, assert_ok, hvdtrain, importable_from, launch
+from helpers import TESTS, assert_ok, hvdtrain, importable_from, launch
 
 WORKER = TESTS / "binding_worker.py"
 

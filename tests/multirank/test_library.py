@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import assert_ok, launch
+from helpers import ROOT, assert_ok, launch
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
-README = Path(__file__).parent.parent / "README.md"
-MARKER = "<!-- the library example: tests/test_library.py runs it -->"
+README = ROOT / "README.md"
+MARKER = "<!-- the library example: tests/multirank/test_library.py runs it -->"
 
 # Runs the README's script unchanged, then saves what every rank ends with. ``--no-allreduce``
 # is the control: the optimizer is left plain, as a wrapper that silently did nothing would.

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, launcher_env, run_job
+from helpers import BIN, ROOT, launcher_env, run_job
 from hvdtrain import doctor, horovod_install
 
-ROOT = Path(__file__).parent.parent
 HOROVOD = Path(horovod_install.importlib.util.find_spec("horovod").origin).parent
 # The other stack's venv: its Horovod was compiled against another TensorFlow than this one.
 OTHER_VENV = ROOT / (".venv-keras2" if importlib.metadata.version("keras").startswith("3")

@@ -12,8 +12,8 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from conftest import (EXACT, assert_ok, assert_stopped_with_one_line, hvdtrain,
-                      largest_difference, launch, weights, worker, write_records, write_shards)
+from helpers import (EXACT, assert_ok, assert_stopped_with_one_line, hvdtrain,
+                     largest_difference, launch, weights, worker, write_records, write_shards)
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 

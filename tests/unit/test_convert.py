@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import convert_digits, launcher_env
+from helpers import convert_digits, launcher_env
 from hvdtrain.data import convert, records, sources
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import SORTED, write_digits

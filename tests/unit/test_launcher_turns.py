@@ -6,14 +6,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-from conftest import LAUNCHERS
+from helpers import LAUNCHERS, ROOT
 
-ROOT = Path(__file__).parent.parent
 # Tests under both launchers (some with one fixture for both), bad-input cases under both and
 # under one: every kind of case the option meets.
-FILES = ["tests/test_multirank.py", "tests/test_library.py"]
+FILES = ["tests/multirank/test_multirank.py", "tests/multirank/test_library.py"]
 LAUNCHER_IN_ID = re.compile(rf"(?<=[\[-])({'|'.join(LAUNCHERS)})(?=[\]-])")
 
 

@@ -4,18 +4,26 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-TESTS = Path(__file__).parent
-DOC = TESTS.parent / "docs" / "testing.md"
-# `test_x.py` or `tests/test_x.py`, optionally `::test_name` (a parameter id in [] allowed).
-NAMED = re.compile(r"`(?:tests/)?(test_\w+\.py)(?:::(\w+)(?:\[[^`\]]*\])?)?`")
+from helpers import ROOT, TESTS
+
+DOC = ROOT / "docs" / "testing.md"
+# `test_x.py`, `tests/test_x.py` or `tests/FOLDER/test_x.py`, optionally `::test_name` (a
+# parameter id in [] allowed).
+NAMED = re.compile(r"`(?:tests/(?:\w+/)?)?(test_\w+\.py)(?:::(\w+)(?:\[[^`\]]*\])?)?`")
+
+
+def files_by_name(tests: Path) -> dict[str, Path]:
+    """Every test file in ``tests`` and its folders (unit/, multirank/, cluster/), by name."""
+    return {path.name: path for path in tests.rglob("test_*.py")}
 
 
 def missing_names(doc: str, tests: Path) -> list[str]:
     """The test files and functions ``doc`` names that ``tests`` does not hold."""
     missing = []
+    files = files_by_name(tests)
     for file, function in NAMED.findall(doc):
-        path = tests / file
-        if not path.is_file():
+        path = files.get(file)
+        if path is None:
             missing.append(file)
         elif function and not re.search(rf"^def {function}\(", path.read_text(), re.M):
             missing.append(f"{file}::{function}")
@@ -24,7 +32,7 @@ def missing_names(doc: str, tests: Path) -> list[str]:
 
 def undocumented_files(doc: str, tests: Path) -> list[str]:
     named = {file for file, _ in NAMED.findall(doc)}
-    return sorted(p.name for p in tests.glob("test_*.py") if p.name not in named)
+    return sorted(name for name in files_by_name(tests) if name not in named)
 
 
 def test_every_test_docs_testing_md_names_exists_and_every_file_has_a_row():

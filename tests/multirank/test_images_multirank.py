@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import (assert_ok, assert_stopped_with_one_line, convert_digits, exported_model,
-                      hvdtrain, launch, launcher_turns)
+from helpers import (assert_ok, assert_stopped_with_one_line, convert_digits, exported_model,
+                     hvdtrain, launch, launcher_turns)
 from hvdtrain.data import sources
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import SORTED, write_digit_tree, write_digits

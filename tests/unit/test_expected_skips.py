@@ -1,4 +1,4 @@
-"""conftest.skip_unless_optional: a root-only test (mounts, network namespaces, the multi-host
+"""helpers.skip_unless_optional: a root-only test (mounts, network namespaces, the multi-host
 and SLURM clusters) that cannot run skips with its reason, except where the suite is expected
 to run it (CI as root, or HVDTRAIN_EXPECT_ROOT_TESTS=1): there it fails."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import conftest
+import helpers
 
 CASES = [  # (CI, HVDTRAIN_EXPECT_ROOT_TESTS, euid) -> expected to run the root-only tests
     (("true", None, 0), True),
@@ -33,14 +33,14 @@ def where(monkeypatch, ci: str | None, asked: str | None, euid: int) -> None:
 @pytest.mark.parametrize("machine, expected", CASES)
 def test_where_the_root_only_tests_are_expected_to_run(monkeypatch, machine, expected):
     where(monkeypatch, *machine)
-    assert conftest.expects_root_tests() is expected
+    assert helpers.expects_root_tests() is expected
 
 
 def outcome_of(reason: str) -> BaseException:
     """What skip_unless_optional raised: pytest's fail or skip outcome (caught, so that a
     wrong one is this test's failure, not its skip)."""
     with pytest.raises(BaseException) as raised:
-        conftest.skip_unless_optional(reason)
+        helpers.skip_unless_optional(reason)
     return raised.value
 
 

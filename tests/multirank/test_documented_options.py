@@ -14,7 +14,7 @@ import numpy as np
 
 import pytest
 
-from conftest import assert_ok, hvdtrain, launch, launcher_env
+from helpers import assert_ok, hvdtrain, launch, launcher_env
 
 BASE_LR = 0.001
 CONFIG = """
