@@ -37,20 +37,18 @@ from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_vari
                                           optimizer_variables, run_elastic, save_model,
                                           scale_loss, unscale_gradients)
 from hvdtrain.distributed.reducer import reduce_gradients
-from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
 
 __all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Horovod
-    "World", "init", "stack_description", "horovod_settings_in_force", "refresh_world",
+    "World", "init", "horovod_settings_in_force", "refresh_world",
     "check_same_config", "lost_a_rank", "agree_or_fail", "reduce_gradients", "join",
-    "broadcast_object", "allreduce_sum", "allgather_object", "allreduce_each", "rank0_then_all",
+    "allreduce_sum", "allgather_object", "allreduce_each", "rank0_then_all",
     "broadcast_variables", "distributed_optimizer", "distributed_tape", "elastic_state",
     "fit_callbacks", "keras_version", "load_model", "metric_average_callback",
     "optimizer_variables", "run_elastic", "save_model", "scale_loss", "unscale_gradients",
     "apply_scaled_gradients",
-    "compression", "reduce_op",
 ]
 
 
