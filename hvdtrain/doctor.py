@@ -23,7 +23,6 @@ from hvdtrain import horovod_install, launchers, launching, placement, shipped
 
 SMOKE_RANKS = 2
 SMOKE_TIMEOUT_S = 180
-OPEN_MPI_FIX = "apt-get install openmpi-bin libopenmpi-dev (or load your cluster's MPI module)"
 # The probe: facts about TensorFlow first (one JSON line), then Horovod's TensorFlow ops load
 # (hvdtrain.distributed imports horovod.tensorflow), so a failure of the second keeps the first.
 PROBE = (
@@ -157,12 +156,13 @@ def check_controllers(report: str) -> Check:
 def check_open_mpi(which: Callable[[str], str | None] = shutil.which) -> Check:
     mpirun = which("mpirun")
     if not mpirun:
-        return Check("open mpi", False, f"mpirun not on PATH: {OPEN_MPI_FIX}")
+        return Check("open mpi", False, f"mpirun not on PATH: {launchers.OPEN_MPI_FIX}")
     first = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
                            timeout=30).stdout.splitlines()[:1]
     version = re.search(r"\(Open MPI\) (\S+)", first[0]) if first else None
     if not version:
-        return Check("open mpi", False, f"{mpirun} is not Open MPI's ({first}): {OPEN_MPI_FIX}")
+        return Check("open mpi", False,
+                     f"{mpirun} is not Open MPI's ({first}): {launchers.OPEN_MPI_FIX}")
     return Check("open mpi", True, f"{version[1]}, {mpirun}")
 
 

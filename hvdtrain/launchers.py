@@ -24,6 +24,8 @@ from hvdtrain.launching import quiet_tensorflow
 Launcher = Literal["mpi", "gloo", "single"]
 
 BIN = Path(sys.executable).parent  # the venv's horovodrun and hvdtrain, next to this Python
+# How to install mpirun: true for a checkout and a pip install alike (doctor says it too).
+OPEN_MPI_FIX = "apt-get install openmpi-bin libopenmpi-dev (or load your cluster's MPI module)"
 # Open MPI refuses to start as root (CI, containers) unless told.
 ALLOW_RUN_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -61,7 +63,7 @@ def mpi_cmd_env(ranks: int, argv: Sequence[str], options: Options) -> CommandEnv
     (``[1,R]<stdout>:``). Returns (command, environment); UserError when mpirun is missing."""
     mpirun = shutil.which("mpirun")
     if not mpirun:
-        raise UserError("mpirun not found: run 'make install'")
+        raise UserError(f"mpirun not on PATH: {OPEN_MPI_FIX}; 'hvdtrain doctor' checks the rest")
     if ranks > placement.cores_available()[1]:
         binding = ["--oversubscribe", "--bind-to", "none"]
     else:
