@@ -5,7 +5,8 @@ hvdtrain's own reducing tape on Keras 3), for users who outgrow Keras ``fit``.
 ``hvdtrain train --loop custom`` drives it with the same sharding, LR schedule, callbacks,
 checkpoints and summary as ``fit``. As a library, bring your own loss::
 
-    from hvdtrain import custom_loop, dist
+    from hvdtrain import custom_loop
+    from hvdtrain import distributed as dist
     world = dist.init(options=cfg.horovod)
     step = custom_loop.TrainStep(model, optimizer, cfg.horovod, loss_fn=my_loss)
     for x, y in my_shard:                      # every rank the same number of batches,
