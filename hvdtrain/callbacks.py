@@ -267,6 +267,7 @@ class StallWatchdog(tf.keras.callbacks.Callback):
         self._last = self.clock()
 
     def stop(self) -> None:
+        """Ends the watch (call it when fit returns); the process is no longer ended."""
         self._stopped.set()
 
     def _watch(self) -> None:

@@ -21,6 +21,7 @@ _NAME = re.compile(r"^epoch-(\d{4,})$")
 
 
 def directory(run_dir: str | Path) -> Path:
+    """RUN_DIR/checkpoints, where every checkpoint of a run goes."""
     return Path(run_dir) / SUBDIR
 
 
@@ -38,6 +39,7 @@ def completed(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def latest(run_dir: str | Path) -> tuple[int, Path] | None:
+    """(epochs done, path) of the newest complete checkpoint, or None if there is none."""
     done = completed(run_dir)
     return done[-1] if done else None
 
@@ -48,6 +50,10 @@ class WriteFailed(UserError):
 
 def save(checkpoint: tf.train.Checkpoint, run_dir: str | Path, epochs_done: int,
          meta: dict, keep: int) -> Path:
+    """Writes ``checkpoint`` and its meta.json (``epochs_done`` and ``meta``) as
+    RUN_DIR/checkpoints/epoch-NNNN, atomically: under a temporary name, renamed when complete;
+    keeps the newest ``keep``. Returns its path; WriteFailed (the earlier ones intact) if it
+    cannot be written."""
     root = directory(run_dir)
     final = root / f"epoch-{epochs_done:04d}"
     tmp = root / f".{final.name}.tmp-{os.getpid()}"
@@ -106,6 +112,8 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 def write_json_atomic(path: str | Path, obj: dict) -> None:
+    """Writes ``obj`` as JSON to ``path`` through a temporary file, so a reader sees the old file
+    or the new one, never half of one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     _write_json(tmp, obj)
@@ -113,5 +121,6 @@ def write_json_atomic(path: str | Path, obj: dict) -> None:
 
 
 def read_meta(path: Path) -> dict:
+    """The meta.json of the checkpoint folder ``path``, as a dict."""
     with open(path / "meta.json") as f:
         return json.load(f)

@@ -92,12 +92,14 @@ def _run(command: Sequence[str], timeout: float, env: dict[str, str] | None = No
 
 
 def check_python() -> Check:
+    """ok on Python 3.11, the one hvdtrain supports."""
     ok = sys.version_info[:2] == (3, 11)
     return Check("python", ok, f"{platform.python_version()} ({sys.executable})" if ok else
                  f"{platform.python_version()}: hvdtrain needs Python 3.11; make a 3.11 venv")
 
 
 def check_tensorflow() -> Check:
+    """ok when TensorFlow is installed in the supported range."""
     version = horovod_install.tensorflow_version()
     problem = horovod_install.tensorflow_problem(version)
     return Check("tensorflow", not problem, problem or f"{version}")
@@ -124,6 +126,7 @@ def probe_checks() -> list[Check]:
 
 
 def check_keras(version: str) -> Check:
+    """ok for Keras ``version`` 2 or 3, naming the binding hvdtrain uses for it."""
     bindings = {"2": "Horovod's own Keras layer (hvdtrain/distributed/keras2.py)",
                 "3": "hvdtrain's binding on Horovod's collectives (hvdtrain/distributed/keras3.py)"}
     binding = bindings.get(version.split(".")[0])
@@ -134,6 +137,7 @@ def check_keras(version: str) -> Check:
 
 
 def check_gpus(visible: int) -> Check:
+    """Always ok: how many GPUs are ``visible`` and which one local rank 0 would pin."""
     index, problem = placement.choose_gpu(visible, 0, SMOKE_RANKS, "auto")
     if not visible:
         return Check("gpus", True, "none visible: ranks run on the CPU")
@@ -143,6 +147,8 @@ def check_gpus(visible: int) -> Check:
 
 
 def check_controllers(report: str) -> Check:
+    """ok when ``report`` (horovodrun --check-build's output) shows MPI and Gloo built; a FAIL
+    when horovodrun is missing (empty report) or either controller is."""
     missing = horovod_install.missing_parts(report)
     if not report:
         return Check("controllers", False, "horovodrun not found next to this Python: "
@@ -154,6 +160,7 @@ def check_controllers(report: str) -> Check:
 
 
 def check_open_mpi(which: Callable[[str], str | None] = shutil.which) -> Check:
+    """ok when ``which`` finds an mpirun and it is Open MPI's, with its version and path."""
     mpirun = which("mpirun")
     if not mpirun:
         return Check("open mpi", False, f"mpirun not on PATH: {launchers.OPEN_MPI_FIX}")
@@ -207,6 +214,7 @@ def ready(found: Sequence[Check]) -> bool:
 
 
 def report(found: Sequence[Check]) -> str:
+    """The lines doctor prints: one per check, then ready or not, then where the docs are."""
     lines = [f"  {'ok' if c.ok else 'FAIL':<5} {c.name:<13} {c.detail}" for c in found]
     lines.append("ready: a 2-rank job works here" if ready(found) else
                  "not ready: fix the FAIL lines above, then run hvdtrain doctor again")
@@ -215,6 +223,7 @@ def report(found: Sequence[Check]) -> str:
 
 
 def run() -> int:
+    """Runs every check and prints the report; returns the exit status, 0 when ready, else 1."""
     found = checks()
     print(f"hvdtrain doctor ({sys.executable})\n{report(found)}", flush=True)
     return 0 if ready(found) else 1

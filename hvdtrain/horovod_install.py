@@ -43,6 +43,7 @@ PROBE_TIMEOUT_S = 120
 
 
 def distribution_version(name: str) -> str | None:
+    """The installed version of the pip distribution ``name``, or None if it is not installed."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -60,6 +61,7 @@ def tensorflow_version() -> str | None:
 
 
 def minor(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as "2.19.1"; (0, 0) if it has none."""
     found = re.match(r"(\d+)\.(\d+)", version)
     return (int(found[1]), int(found[2])) if found else (0, 0)
 
@@ -90,6 +92,8 @@ def ops_load_problem(python: str = sys.executable, env: dict[str, str] | None = 
 
 
 def describe_load_failure(returncode: int, stderr: str) -> str:
+    """One line for a failed ``import horovod.tensorflow`` (its exit status and stderr): what
+    went wrong and the command that fixes it."""
     if returncode < 0:
         return f"import horovod.tensorflow crashed (signal {-returncode}): {REBUILD}"
     if "No module named 'horovod" in stderr:

@@ -17,6 +17,8 @@ Builder = Callable[[tuple[int, ...], int, ModelConfig], tf.keras.Model]
 
 
 def mlp(input_shape: tuple[int, ...], num_classes: int, cfg: ModelConfig) -> tf.keras.Model:
+    """Flatten, two ReLU Dense layers (2 x width, width), then the classifier head: logits
+    [batch, num_classes]."""
     inputs = tf.keras.Input(input_shape)
     x = layers.Flatten()(inputs)
     x = layers.Dense(cfg.width * 2, activation="relu")(x)
@@ -158,6 +160,8 @@ def resolve(name: str) -> Builder:
 
 
 def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
+    """The model ``cfg`` names (registered or a user's), built for ``input_shape`` and
+    ``num_classes``; UserError unless it is a tf.keras.Model with [batch, num_classes] outputs."""
     builder = resolve(cfg.name)
     try:
         model = builder(tuple(input_shape), num_classes, cfg)

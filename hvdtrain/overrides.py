@@ -21,6 +21,7 @@ def _section_types() -> dict[str, dict[str, Any]]:
 
 
 def all_keys() -> list[str]:
+    """Every config key as SECTION.KEY (the names an unknown key is matched against)."""
     return [f"{s}.{k}" for s, hints in _section_types().items() for k in hints]
 
 
@@ -110,6 +111,7 @@ def parse_assignments(assignments: typing.Iterable[str]) -> dict[str, dict[str, 
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML file at ``path`` as a dict; UserError if it is missing, unreadable or not TOML."""
     path = Path(path)
     try:
         with path.open("rb") as f:

@@ -15,6 +15,8 @@ LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM
 
 
 def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
+    """This process's rank as its launcher set it (the first of LAUNCHER_RANK_VARS that holds
+    a number), or 0 when started alone; readable before hvd.init()."""
     for name in LAUNCHER_RANK_VARS:
         if environ.get(name, "").isdigit():
             return int(environ[name])

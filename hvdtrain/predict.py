@@ -70,6 +70,8 @@ def request(run_dir: str, input_spec: str, out: str | None, *, overwrite: bool,
 
 
 def check_output(path: Path, overwrite: bool) -> None:
+    """UserError unless ``path`` can take the CSV: not a folder, not an existing file (unless
+    ``overwrite``), in a writable folder."""
     if path.is_dir():
         raise UserError(f"--out {path} is a folder: pass a file name such as {path}/"
                         f"{DEFAULT_OUT}")
@@ -86,6 +88,8 @@ def check_output(path: Path, overwrite: bool) -> None:
 # The model and its classes
 
 def class_names(folder: Path) -> list[str] | None:
+    """The class names training saved in ``folder`` (a run directory), or None if it saved none;
+    UserError if the file is unreadable."""
     path = folder / CLASSES_FILE
     if not path.is_file():
         return None
@@ -121,6 +125,8 @@ def load_model(req: Request, config: Config) -> tuple[tf.keras.Model, list[str]]
 
 
 def input_shape(model: tf.keras.Model) -> tuple[int, ...]:
+    """The input shape of ``model`` without the batch dimension; UserError if any dimension is
+    not fixed."""
     shape = tuple(model.inputs[0].shape[1:])
     if None in shape:
         raise UserError(f"the model takes inputs of shape {shape}: hvdtrain predict needs a "

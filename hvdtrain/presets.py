@@ -11,6 +11,7 @@ from hvdtrain.errors import UserError
 
 
 def digits() -> Config:
+    """The default preset: the digits CNN on scikit-learn's digits."""
     # scikit-learn's 8x8 digits (1,437 train / 360 eval). Per-rank batch 32, lr 0.05 per rank:
     # at 2 ranks the global batch is 64 and the lr 0.1 after one warmup epoch; 10 epochs (the
     # default). The tests hold it to 0.95 eval accuracy after 5 epochs at 2 ranks.
@@ -18,10 +19,12 @@ def digits() -> Config:
 
 
 def digits_mlp() -> Config:
+    """The digits preset with the MLP instead of the CNN: quick runs on real data."""
     return dataclasses.replace(digits(), preset="digits-mlp", model=ModelConfig(name="mlp"))
 
 
 def synthetic_mlp() -> Config:
+    """A small MLP on synthetic 8x8 data, for smoke tests."""
     # Seconds per run: the smallest real job, for smoke tests and trying a launcher.
     return Config(preset="synthetic-mlp",
                   data=DataConfig(source="synthetic", num_samples=1024, image_shape=(8, 8, 1)),
@@ -30,6 +33,7 @@ def synthetic_mlp() -> Config:
 
 
 def synthetic_resnet() -> Config:
+    """The small ResNet on synthetic 32x32x3 data, for scaling runs."""
     # CIFAR-sized inputs (32x32x3) through the small ResNet: a compute-bound job for scaling runs.
     return Config(preset="synthetic-resnet",
                   data=DataConfig(source="synthetic", num_samples=4096, image_shape=(32, 32, 3)),
@@ -39,6 +43,7 @@ def synthetic_resnet() -> Config:
 
 
 def synthetic_mobilenetv2() -> Config:
+    """MobileNetV2 on synthetic 64x64x3 data, as in Horovod's synthetic benchmark."""
     # The benchmark model of Horovod's TF2 synthetic benchmark, at a CPU-friendly 64x64 input.
     return Config(preset="synthetic-mobilenetv2",
                   data=DataConfig(source="synthetic", num_samples=1024, image_shape=(64, 64, 3)),
@@ -57,6 +62,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
 
 
 def preset(name: str) -> Config:
+    """A fresh Config of the preset ``name``; UserError (with the closest name) if unknown."""
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}{suggest(name, PRESETS)}; presets are "
                         f"{', '.join(PRESETS)}")

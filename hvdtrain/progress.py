@@ -23,6 +23,8 @@ class Progress:
         self._start = self._last = self.clock()
 
     def advance(self, n: int = 1) -> None:
+        """Counts ``n`` more samples done and redraws the bar, or writes the line, when it is due;
+        always at the last sample."""
         self.done += n
         now = self.clock()
         if self.done < self.total and now - self._last < (0.1 if self.tty else self.every_s):

@@ -14,6 +14,7 @@ BANNER_OPTIONS = ("compression", "backward_passes_per_step", "op", "sparse_as_de
 
 
 def changed_gradient_options(config: Config) -> list[str]:
+    """The banner's gradient options that differ from their defaults, as NAME=VALUE."""
     default = type(config.horovod)()
     return [f"{name}={getattr(config.horovod, name)}" for name in BANNER_OPTIONS
             if getattr(config.horovod, name) != getattr(default, name)]
@@ -21,6 +22,8 @@ def changed_gradient_options(config: Config) -> list[str]:
 
 def banner(config: Config, world: Any, *, data: str, params: int, steps: int, peak_lr: float,
            start_epoch: int, horovod_in_force: str, run_dir: str) -> str:
+    """Rank 0's banner at the start of training: world, data, model, optimizer and LR, batch
+    and epochs, loop and precision, Horovod's settings, the stack and the run directory."""
     c, w = config, world
     options = "".join(f", {option}" for option in changed_gradient_options(c))
     return (

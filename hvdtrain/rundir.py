@@ -28,6 +28,7 @@ from hvdtrain.errors import UserError
 
 
 def default_run_dir(config: Config) -> str:
+    """The configured run directory, or runs/PRESET-YYYYmmdd-HHMMSS when none is set."""
     if config.run.run_dir:
         return config.run.run_dir
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -45,6 +46,7 @@ def resume_config_file(epochs_done: int) -> str:
 
 
 def save_class_names(folder: Path, class_names: Sequence[str]) -> None:
+    """Writes ``class_names`` to FOLDER/classes.json (atomically), where predict reads them."""
     checkpoints.write_json_atomic(folder / CLASSES_FILE, {"class_names": list(class_names)})
 
 

@@ -57,6 +57,7 @@ class Trainer:
         self.world_sizes: list[int] = []  # elastic: the world size of each (re)start
 
     def say(self, message: str) -> None:
+        """Prints ``message`` on rank 0 only."""
         if self.world.is_chief:
             print(message, flush=True)
 

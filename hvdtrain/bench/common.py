@@ -83,6 +83,8 @@ def run_job(command: Sequence[str], *, env: Mapping[str, str] | None = None,
 
 
 def read_json_output(path: Path, what: str, output: str) -> Any:
+    """The JSON a job wrote to ``path``; BenchError naming ``what``, with the tail of the job's
+    ``output``, if it wrote none."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -170,6 +172,8 @@ def machine() -> dict[str, Any]:
 
 
 def machine_line(info: Mapping[str, Any]) -> str:
+    """One line about the machine a result came from (CPU, cores, memory, OS, versions, load,
+    date), from ``info`` as machine() gathers it."""
     v = info.get("versions", {})
     tf = v.get("tensorflow-cpu") or v.get("tensorflow", "?")
     return (f"{info['cpu']}, {info['cores']} cores, {info.get('memory_gib')} GiB; "
@@ -179,6 +183,8 @@ def machine_line(info: Mapping[str, Any]) -> str:
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A Markdown table of ``rows`` under ``headers``; floats to 3 significant digits (whole
+    numbers from 100), None as an empty cell."""
     def cell(v: Any) -> str:
         if isinstance(v, float):
             return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
@@ -189,6 +195,7 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
 
 
 def write_outputs(out_dir: Path, name: str, result: Mapping[str, Any], markdown: str) -> None:
+    """Writes OUT_DIR/NAME.json (``result``) and OUT_DIR/NAME.md (``markdown``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     (out_dir / f"{name}.md").write_text(markdown.rstrip() + "\n")
@@ -252,4 +259,5 @@ def _finish(fig, ax, path: Path, *, title: str, ylabel: str, logy: bool) -> None
 
 
 def say(message: str) -> None:
+    """Prints a progress line of the benchmarks at once (flushed)."""
     print(message, flush=True)

@@ -58,6 +58,7 @@ def epoch_rates(epoch_ends: Sequence[float], samples_per_epoch: int) -> list[flo
 
 def time_to_accuracy(epoch_ends: Sequence[float], accuracies: Sequence[float],
                      target: float = TARGET_ACCURACY) -> float | None:
+    """Seconds at the end of the first epoch whose accuracy reaches ``target``, or None."""
     for seconds, accuracy in zip(epoch_ends, accuracies):
         if accuracy >= target:
             return seconds

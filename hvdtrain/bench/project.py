@@ -40,6 +40,8 @@ def ring_allreduce_seconds(ranks: int, nbytes: float, latency_s: float,
 
 def efficiency(compute_s: float, ranks: int, nbytes: float, latency_s: float,
                seconds_per_byte: float) -> float:
+    """Weak-scaling efficiency of a step of ``compute_s`` seconds followed by a ring all-reduce
+    of ``nbytes`` over ``ranks``: compute / (compute + all-reduce)."""
     return compute_s / (compute_s + ring_allreduce_seconds(ranks, nbytes, latency_s,
                                                            seconds_per_byte))
 

@@ -43,6 +43,7 @@ class Benchmark:
 
     @property
     def in_all(self) -> bool:
+        """Whether ``bench all`` runs it: the benchmarks with a title do."""
         return bool(self.title)
 
 

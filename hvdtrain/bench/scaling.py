@@ -108,6 +108,8 @@ def slow_rank_delay(value: str, rank: int) -> float:
 # Rank side
 
 def step_timer(delay_s: float = 0.0):
+    """A Keras callback that records, per epoch, when each training step ends; it sleeps
+    ``delay_s`` before each step (a slow rank, see SLOW_RANK_ENV). TensorFlow imports here."""
     import tensorflow as tf
 
     class StepTimer(tf.keras.callbacks.Callback):
@@ -223,6 +225,8 @@ EFFICIENCY_CEILING = 1.05
 
 
 def add_efficiency(rows: list[dict]) -> None:
+    """Adds each row's weak-scaling efficiency against 1 rank of its model, and whether it is
+    above the ceiling that only noise reaches."""
     base = {r["model"]: r["total_samples_per_sec"]["median"] for r in rows if r["ranks"] == 1}
     for r in rows:
         if r["model"] in base:
@@ -232,6 +236,7 @@ def add_efficiency(rows: list[dict]) -> None:
 
 
 def efficiency_cell(row: dict) -> Any:
+    """The efficiency of ``row`` for a table, marked as noise when above the ceiling."""
     e = row.get("weak_scaling_efficiency")
     return f"{e:.3g} (above {EFFICIENCY_CEILING}: noise)" if row.get(
         "efficiency_above_ceiling") else e

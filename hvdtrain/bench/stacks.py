@@ -39,6 +39,8 @@ def allreduce_cost_ms(one: dict[str, Any], two: dict[str, Any]) -> float:
 
 def measure_stack(python: str, workload: scaling.Workload, plan: scaling.Plan,
                   work_dir: Path) -> dict[str, Any]:
+    """Samples per second at 1 and 2 ranks on the stack of ``python``, the all-reduce's cost per
+    step derived from them, and the stack's versions."""
     one, two = (scaling.measure(workload, n, plan, work_dir, python=python) for n in (1, 2))
     return {"samples_per_sec_1": one["total_samples_per_sec"]["median"],
             "samples_per_sec_2": two["total_samples_per_sec"]["median"],

@@ -81,5 +81,6 @@ def replace_block(readme: Path, block: str) -> None:
 
 
 def update_readme(readme: Path, out: Path, command: str) -> None:
+    """Rewrites the results block of ``readme`` from the results in ``out``."""
     replace_block(readme, results_block(out, readme, command))
     common.say(f"bench all: rewrote the results block of {readme}")

@@ -31,6 +31,8 @@ def horovod_rates(output: str) -> list[float]:
 
 
 def horovod_command(script: Path, ranks: int, plan: scaling.Plan) -> list[str]:
+    """The mpirun command line of Horovod's own synthetic benchmark (``script``) at ``ranks``,
+    with the model, batch and step counts of hvdtrain's side."""
     argv = [sys.executable, str(script), "--model", "MobileNetV2",
             "--batch-size", str(MODEL.batch_size), "--no-cuda",
             # The same steps as hvdtrain's run: warmup, then repeats of timed steps.

@@ -124,12 +124,15 @@ def hold_out(images: ImageFiles, fraction: float, seed: int) -> tuple[ImageFiles
 
 
 def subset(images: ImageFiles, indices) -> ImageFiles:
+    """The files of ``images`` at ``indices`` (and their labels), in that order."""
     indices = np.asarray(indices, np.int64)
     return dataclasses.replace(images, paths=tuple(images.paths[i] for i in indices),
                                labels=images.labels[indices])
 
 
 def check_same_classes(train: ImageFiles, evaluation: ImageFiles, eval_root: str) -> None:
+    """UserError naming the class folders the eval folder lacks or adds, unless both hold the
+    same classes."""
     if train.class_names != evaluation.class_names:
         missing = sorted(set(train.class_names) - set(evaluation.class_names))
         extra = sorted(set(evaluation.class_names) - set(train.class_names))
@@ -150,6 +153,8 @@ def own_indices(images: ImageFiles, rank: int, size: int) -> np.ndarray:
 
 
 def check_shardable(images: ImageFiles, size: int) -> None:
+    """UserError unless every class has at least ``size`` training images: each rank takes a
+    share of every class."""
     for label in range(len(images.class_names)):
         members = np.flatnonzero(images.labels == label)
         if len(members) < size:
@@ -238,6 +243,7 @@ def undecodable(paths, channels: int) -> list[str]:
 
 
 def check_decodable(paths, channels: int) -> None:
+    """UserError naming the first of ``paths`` that does not decode with ``channels`` channels."""
     bad = undecodable(paths, channels)
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""

@@ -86,6 +86,8 @@ def _images(spec: str, input_shape: tuple[int, ...]) -> images.ImageFiles:
 
 
 def names(split: sources.Split) -> list[str]:
+    """One name per sample of ``split``, in order: the file path of an image, FILE:RECORD of a
+    record, the row number of an array."""
     if isinstance(split, images.ImageFiles):
         return list(split.paths)
     if isinstance(split, records.Records):

@@ -67,6 +67,7 @@ def resolve_files(spec: str) -> list[str]:
 
 
 def check_labels(y: np.ndarray, num_classes: int, path: str) -> None:
+    """UserError naming ``path`` unless every label in ``y`` is in 0..num_classes-1."""
     low, high = int(y.min()), int(y.max())
     if low < 0 or high >= num_classes:
         raise UserError(f"{path}: labels range over {low}..{high} but data.num_classes="

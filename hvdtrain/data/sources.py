@@ -51,6 +51,7 @@ class DataSet:
     class_names: tuple[str, ...] = ()   # empty: the class ids "0", "1", ...
 
     def names(self) -> list[str]:
+        """The class names, or the class ids as strings when the source has no names."""
         return list(self.class_names) or [str(i) for i in range(self.num_classes)]
 
 

@@ -56,5 +56,6 @@ def write_digit_tree(root: Path, limit: int | None = None, *, side: int = 8,
 
 
 def sample_photos() -> list[Path]:
+    """The paths of the two JPEG photographs scikit-learn ships (needs Pillow to read them)."""
     from sklearn.datasets import load_sample_images
     return [Path(p) for p in load_sample_images().filenames]
