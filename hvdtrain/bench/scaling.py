@@ -322,7 +322,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mobilenetv2,resnet_small; --quick: mlp)")
     parser.add_argument("--world-sizes", default="1,2", help="comma list (default 1,2)")
     parser.add_argument("--launcher", choices=launchers.MULTI_RANK, default="mpi",
-                        help="mpi (mpirun --bind-to core, default) or gloo (horovodrun)")
+                        help="a multi-rank launcher of hvdtrain/launchers.py (default mpi: "
+                             "mpirun --bind-to core; gloo: horovodrun)")
     parser.add_argument("--horovod-synthetic", metavar="PATH", type=Path,
                         help="Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark"
                              ".py: also compare with it (skipped when absent)")
