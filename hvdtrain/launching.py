@@ -1,5 +1,6 @@
 """A rank's process, from its start to its end: the process-wide settings hvdtrain makes
-(TensorFlow's log level), TensorFlow's import for a rank (without Keras' optional extras), and
+(TensorFlow's log level), TensorFlow's import for a rank (without Keras' optional extras, and
+without the start-up lines TensorFlow 2.21 prints past its log level), and
 the rank's exit (without Python's teardown of TensorFlow). Nothing here imports Horovod, and
 TensorFlow only when load_tensorflow is called. The command lines that start ranks are
 launchers.py's.
@@ -9,12 +10,14 @@ from __future__ import annotations
 import atexit
 import importlib
 import importlib.abc
+import contextlib
 import os
+import re
 import stat
 import sys
 import threading
 from pathlib import Path
-from typing import MutableMapping, NoReturn
+from typing import Iterator, MutableMapping, NoReturn
 
 # TensorFlow's C++ start-up chatter (CPU features, missing CUDA), once per process, hides the
 # real output.
@@ -40,6 +43,70 @@ class _HoldBack(importlib.abc.MetaPathFinder):
         return None  # the usual finders look next
 
 
+# TensorFlow 2.21 logs its start-up (oneDNN, CPU features) through absl, which writes every
+# line to stderr until absl::InitializeLog() runs and reads no TF_CPP_MIN_LOG_LEVEL: its lines
+# below that level, and absl's notice about them, are dropped while TensorFlow loads. A line:
+# "I0000 00:00:1795606731.446845   11120 port.cc:153] oneDNN custom operations are on. ..."
+_ABSL_LINE = re.compile(rb"^([IWEF])\d{4} [\d:.]+ +\d+ [^\]\s]+:\d+\] ")
+_ABSL_SEVERITY = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
+_ABSL_NOTICE = (b"WARNING: All log messages before absl::InitializeLog() is called are written "
+                b"to STDERR")
+_CONTINUED = b"To enable the following instructions: "  # the CPU-features message's second line
+
+
+def below_log_level(lines: list[bytes], min_level: int) -> list[bool]:
+    """For each line TensorFlow's import wrote to stderr: whether it is absl's chatter below
+    ``min_level`` (TF_CPP_MIN_LOG_LEVEL: 0 info, 1 warnings, 2 errors), to be dropped. Anything
+    else (Python's warnings, tracebacks, lines at or above the level) is kept."""
+    dropped, previous = [], False
+    for line in lines:
+        match = _ABSL_LINE.match(line)
+        if match:
+            drop = _ABSL_SEVERITY[match.group(1)] < min_level
+        elif line.rstrip(b"\r\n") == _ABSL_NOTICE:
+            drop = min_level > 0
+        else:
+            drop = previous and line.startswith(_CONTINUED)
+        dropped.append(drop)
+        previous = drop
+    return dropped
+
+
+@contextlib.contextmanager
+def tensorflow_chatter_dropped(min_level: int) -> Iterator[None]:
+    """Within: what the process writes to stderr (file descriptor 2, C++ included) passes
+    through a thread that drops ``below_log_level`` lines and forwards the rest at once."""
+    sys.stderr.flush()
+    forward_to = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def forward() -> None:
+        pending, previous = b"", False
+        while chunk := os.read(read_end, 65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            lines = [line + b"\n" for line in lines]
+            drops = below_log_level(lines, min_level)
+            if lines:
+                drops[0] = drops[0] or (previous and lines[0].startswith(_CONTINUED))
+                previous = drops[-1]
+            os.write(forward_to, b"".join(line for line, drop in zip(lines, drops) if not drop))
+        os.write(forward_to, pending)
+        os.close(read_end)
+
+    thread = threading.Thread(target=forward, name="hvdtrain-stderr-filter", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(forward_to, 2)  # closes the pipe's last write end: the thread reads to its end
+        thread.join(timeout=5)
+        if not thread.is_alive():  # else a child holds the pipe: leave the thread its target
+            os.close(forward_to)
+
+
 def load_tensorflow() -> None:
     """Imports TensorFlow (Keras with it) for an hvdtrain process: quiet, and without the
     optional imports Keras 3 makes for features hvdtrain does not use. They import as usual
@@ -51,7 +118,9 @@ def load_tensorflow() -> None:
     hold_back = _HoldBack()
     sys.meta_path.insert(0, hold_back)
     try:
-        importlib.import_module("tensorflow")
+        level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") or 0)
+        with tensorflow_chatter_dropped(level):
+            importlib.import_module("tensorflow")
     finally:
         sys.meta_path.remove(hold_back)
 

@@ -73,23 +73,48 @@ def train(model, dist, world, options, batch: int, epochs: int = 2):
     return model
 
 
+# The broadcasts of earlier versions, for the controls: at on_train_begin only, when nothing
+# is built yet (the ranks part ways), and after the first step, as Horovod's Keras 2 callback
+# does (the ranks agree, but their first step started from different weights).
+OLD_BROADCASTS = {"no_input_at_begin_only": ("_build_and_broadcast_at_first_step",
+                                             "on_train_batch_end"),
+                  "no_input_after_first_step": ("_build_and_broadcast_at_first_step",)}
+
+
+def old_broadcast_runs(dist, world, options, batch: int) -> dict:
+    """The no-Input case under each of OLD_BROADCASTS."""
+    import tensorflow as tf
+    from hvdtrain.distributed import keras3
+    save = {}
+    for case, left_out in OLD_BROADCASTS.items():
+        kept = {name: getattr(keras3.BroadcastInitialState, name) for name in left_out}
+        for name in left_out:
+            setattr(keras3.BroadcastInitialState, name, lambda *args, **kwargs: None)
+        tf.keras.utils.set_random_seed(100 + world.rank)
+        save[case] = train(no_input_model(), dist, world, options, batch).get_weights()
+        for name, method in kept.items():
+            setattr(keras3.BroadcastInitialState, name, method)
+    return save
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--old-broadcast", action="store_true",
-                        help="a control: the broadcast only at on_train_begin, as before")
+    parser.add_argument("--old-broadcasts", action="store_true",
+                        help="the controls: the no-Input case under the broadcasts of earlier "
+                             "versions (Keras 3)")
     args = parser.parse_args()
     launching.load_tensorflow()
     import tensorflow as tf
     from hvdtrain import distributed as dist
     from hvdtrain.config import HorovodConfig
     world = dist.init()
-    if args.old_broadcast:
-        from hvdtrain.distributed import keras3
-        keras3.BroadcastInitialState.on_train_batch_end = (
-            tf.keras.callbacks.Callback.on_train_batch_end)
-    options, save = HorovodConfig(), {}
+    options = HorovodConfig()
+    if args.old_broadcasts:
+        save_all(args.out, world.rank, old_broadcast_runs(dist, world, options, args.batch))
+        return
+    save = {}
 
     # Bug 1 and the exact broadcast: built before fit, so N ranks at B equal 1 rank at N x B.
     tf.keras.utils.set_random_seed(100 + world.rank)
@@ -97,35 +122,37 @@ def main() -> None:
     model(np.zeros((1, FEATURES), "float32"))  # a subclassed model's build() creates nothing
     save["dense_first"] = train(model, dist, world, options, args.batch).get_weights()
 
-    # Bug 2: no Input and never built: the broadcast follows the first step.
+    # Bug 2: no Input and never built: fit builds it in its first step.
     tf.keras.utils.set_random_seed(100 + world.rank)
     save["no_input"] = train(no_input_model(), dist, world, options, args.batch).get_weights()
 
     # Adam's state restored on rank 0 only (its step count and slots, as a checkpoint would
     # load them) reaches every rank.
-    if not args.old_broadcast:
-        tf.keras.utils.set_random_seed(100 + world.rank)
-        model = no_input_model()
-        model.build((None, FEATURES))
-        optimizer = dist.distributed_optimizer(tf.keras.optimizers.Adam(0.01), options)
-        if world.rank == 0:
-            optimizer.build(model.trainable_variables)
-            for variable in dist.optimizer_variables(optimizer):
-                variable.assign(tf.fill(variable.shape, tf.cast(0.5, variable.dtype)))
-            optimizer.iterations.assign(7)
-        model.compile(optimizer=optimizer, jit_compile=False,
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        x, y = data(world.rank, world.size, args.batch)
-        model.fit(x[:args.batch], y[:args.batch], batch_size=args.batch, epochs=1, verbose=0,
-                  callbacks=dist.fit_callbacks())
-        save["restored"] = [v.numpy() for v in dist.optimizer_variables(optimizer)]
+    tf.keras.utils.set_random_seed(100 + world.rank)
+    model = no_input_model()
+    model.build((None, FEATURES))
+    optimizer = dist.distributed_optimizer(tf.keras.optimizers.Adam(0.01), options)
+    if world.rank == 0:
+        optimizer.build(model.trainable_variables)
+        for variable in dist.optimizer_variables(optimizer):
+            variable.assign(tf.fill(variable.shape, tf.cast(0.5, variable.dtype)))
+        optimizer.iterations.assign(7)
+    model.compile(optimizer=optimizer, jit_compile=False,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = data(world.rank, world.size, args.batch)
+    model.fit(x[:args.batch], y[:args.batch], batch_size=args.batch, epochs=1, verbose=0,
+              callbacks=dist.fit_callbacks())
+    save["restored"] = [v.numpy() for v in dist.optimizer_variables(optimizer)]
+    save_all(args.out, world.rank, save)
+    checks = refusal_checks(dist)
+    checks.update(single_rank_checks(dist) if world.size == 1
+                  else two_rank_checks(dist, world.rank))
+    (args.out / f"checks.rank{world.rank}.json").write_text(json.dumps(checks))
+
+
+def save_all(out: Path, rank: int, save: dict) -> None:
     for case, arrays in save.items():
-        np.savez(args.out / f"{case}.rank{world.rank}.npz", *arrays)
-    if world.size == 1:
-        (args.out / "single.json").write_text(json.dumps(single_rank_checks(dist)))
-    elif not args.old_broadcast:
-        (args.out / f"pair.rank{world.rank}.json").write_text(json.dumps(
-            two_rank_checks(dist, world.rank)))
+        np.savez(out / f"{case}.rank{rank}.npz", *arrays)
 
 
 def two_rank_checks(dist, rank: int) -> dict:
@@ -170,12 +197,25 @@ def refusal(action) -> str:
 
 
 def single_rank_checks(dist) -> dict:
-    """At world size 1: the reducer's pass-through, and the binding's one-line refusals."""
+    """At world size 1: the reducer passes the gradients through, with no Horovod op."""
     import tensorflow as tf
     import horovod.tensorflow as hvd
     from hvdtrain.config import HorovodConfig
     fp16 = HorovodConfig(compression="fp16")
     pi = tf.constant([3.14159265], tf.float32)
+    return {
+        "passed_through": dist.reduce_gradients([pi], fp16)[0].numpy().tolist(),
+        "fp16_round_trip": tf.cast(tf.cast(pi, tf.float16), tf.float32).numpy().tolist(),
+        "reducer_ops": horovod_ops(lambda g: dist.reduce_gradients([g], fp16), pi),
+        "allreduce_ops": horovod_ops(lambda g: hvd.allreduce(g), pi),  # Horovod: the control
+    }
+
+
+def refusal_checks(dist) -> dict:
+    """At any world size, on every rank: the binding's one-line refusals, and an optimizer's
+    state set outside its config kept by the wrapper."""
+    import tensorflow as tf
+    from hvdtrain.config import HorovodConfig
     model = no_input_model()
     model.build((None, FEATURES))
 
@@ -201,18 +241,19 @@ def single_rank_checks(dist) -> dict:
         return {"bias": dense.bias.numpy().tolist(),
                 "kernel_decayed": bool(np.abs(dense.kernel.numpy()).sum() < np.abs(kernel).sum())}
 
-    return {
+    checks = {
         "weight_decay": weight_decay_after_wrapping(),
-        "passed_through": dist.reduce_gradients([pi], fp16)[0].numpy().tolist(),
-        "fp16_round_trip": tf.cast(tf.cast(pi, tf.float16), tf.float32).numpy().tolist(),
-        "reducer_ops": horovod_ops(lambda g: dist.reduce_gradients([g], fp16), pi),
-        "allreduce_ops": horovod_ops(lambda g: hvd.allreduce(g), pi),  # Horovod: the control
         "double_reduction": refusal(tape_then_distributed_optimizer),
-        "unscale": refusal(lambda: dist.unscale_gradients(
-            tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1)), [pi])),
-        "accumulation_steps": refusal(lambda: dist.distributed_optimizer(
-            tf.keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), HorovodConfig())),
+        "adasum_in_fit": refusal(lambda: dist.distributed_optimizer(
+            tf.keras.optimizers.SGD(0.1), HorovodConfig(op="adasum"))),
     }
+    if dist.keras_version().startswith("3."):
+        pi = tf.constant([3.14159265], tf.float32)
+        checks["unscale"] = refusal(lambda: dist.unscale_gradients(
+            tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1)), [pi]))
+        checks["accumulation_steps"] = refusal(lambda: dist.distributed_optimizer(
+            tf.keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), HorovodConfig()))
+    return checks
 
 
 if __name__ == "__main__":

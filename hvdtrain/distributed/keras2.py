@@ -16,25 +16,54 @@ import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig
+from hvdtrain.distributed.reducer import mark_reduced, refuse_reduced
 from hvdtrain.distributed.reduction import compression, reduce_op
+from hvdtrain.errors import UserError
 
 T = TypeVar("T")
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
                           options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
+    """Horovod's DistributedOptimizer around ``optimizer``, refusing gradients a distributed
+    tape reduced already, with what was set on ``optimizer`` outside its config. Refuses
+    Adasum, which Horovod's Keras optimizer does not take."""
+    if options.op == "adasum":
+        raise UserError("on Keras 2 Horovod's Keras DistributedOptimizer averages or sums only: "
+                        "for Adasum use dist.distributed_tape with a plain optimizer "
+                        "(hvdtrain's custom loop, --loop custom)")
     # Horovod: average gradients across ranks with ring all-reduce before every update
     # (compressed to float16 on the wire if asked; sparse gradients reduced densely if asked).
-    return hvd_keras.DistributedOptimizer(optimizer, compression=compression(options),
-                                          sparse_as_dense=options.sparse_as_dense)
+    distributed = hvd_keras.DistributedOptimizer(optimizer, compression=compression(options),
+                                                 sparse_as_dense=options.sparse_as_dense)
+    # Horovod rebuilds the optimizer from its config: what the user set outside it (AdamW's
+    # exclude_from_weight_decay, say) is carried over, or it would be silently lost.
+    for name, value in vars(optimizer).items():
+        if name not in vars(distributed) and not name.startswith("_self_"):
+            setattr(distributed, name, value)
+    apply_gradients = distributed.apply_gradients
+
+    def refusing_reduced(grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        refuse_reduced([grad for grad, _ in grads_and_vars])
+        return apply_gradients(grads_and_vars, *args, **kwargs)
+
+    distributed.apply_gradients = refusing_reduced
+    return distributed
 
 
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
+    """Horovod's DistributedGradientTape around ``tape``; what its gradient() returns is
+    recorded as reduced, so that a distributed optimizer refuses it."""
     # Horovod: tape.gradient() returns gradients already reduced across ranks (average or
     # Adasum), so every rank applies the same update.
-    return hvd.DistributedGradientTape(tape, compression=compression(options),
-                                       sparse_as_dense=options.sparse_as_dense,
-                                       op=reduce_op(options))
+    reducing = hvd.DistributedGradientTape(tape, compression=compression(options),
+                                           sparse_as_dense=options.sparse_as_dense,
+                                           op=reduce_op(options))
+    gradient = reducing.gradient
+    reducing.gradient = lambda target, sources, *args, **kwargs: mark_reduced(
+        gradient(target, sources, *args, **kwargs))
+    return reducing
 
 
 def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:

@@ -10,7 +10,6 @@ work on plain tensors whatever the Keras version.
 """
 from __future__ import annotations
 
-import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -24,14 +23,11 @@ import horovod.tensorflow.elastic as hvd_elastic
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.distributed.reducer import reduce_gradients
+from hvdtrain.distributed.reducer import mark_reduced, reduce_gradients, refuse_reduced
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
 MODEL_FILE = "model.keras"
-# The gradients a distributed tape returned, by id (weakly: they go when the step drops them),
-# so that a distributed optimizer given them refuses to reduce them a second time.
-_REDUCED_BY_TAPE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
@@ -62,7 +58,7 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
         # Horovod: average the gradients across ranks before the wrapped optimizer (and a
         # LossScaleOptimizer's unscaling and finiteness check) sees them.
         grads = list(grads)
-        refuse_tape_gradients(grads)
+        refuse_reduced(grads)
         return base.apply(self, reduce_gradients(grads, options), trainable_variables)
 
     # Same name and module as the wrapped class: a saved model's optimizer loads back as the
@@ -76,12 +72,6 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     return optimizer
 
 
-def refuse_tape_gradients(gradients: Sequence[Any]) -> None:
-    if any(_REDUCED_BY_TAPE.get(id(g)) is g for g in gradients if g is not None):
-        raise UserError("these gradients come from dist.distributed_tape and were reduced "
-                        "already: apply them with a plain optimizer, not a distributed one")
-
-
 class _ReducingTape:
     """A GradientTape stand-in whose ``gradient`` returns gradients reduced across ranks."""
 
@@ -89,12 +79,8 @@ class _ReducingTape:
         self._tape, self._options = tape, options
 
     def gradient(self, target: tf.Tensor, sources: Sequence[tf.Variable]) -> list[tf.Tensor]:
-        reduced = reduce_gradients(self._tape.gradient(target, sources), self._options,
-                                   name="hvdtrain_tape_gradients")
-        for grad in reduced:
-            if grad is not None:
-                _REDUCED_BY_TAPE[id(grad)] = grad
-        return reduced
+        return mark_reduced(reduce_gradients(self._tape.gradient(target, sources),
+                                             self._options, name="hvdtrain_tape_gradients"))
 
 
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> Any:
@@ -140,16 +126,18 @@ def metric_average_callback() -> tf.keras.callbacks.Callback:
 
 
 class BroadcastInitialState(tf.keras.callbacks.Callback):
-    """Rank 0's weights and optimizer state on every rank, before the ranks can differ.
+    """Rank 0's weights and optimizer state on every rank, before the first step.
 
     Keras 3's ``fit`` builds neither a model without an ``Input`` nor the optimizer's slots
-    before the first step. A model with its weights when training begins (an ``Input``, or
-    called once on a batch; a subclassed model's ``build`` creates none): the optimizer is
-    built here and both are broadcast before the first step, so N ranks at batch B train
-    exactly as 1 rank at N x B. A model still without weights then gets them in the first
-    step: the broadcast follows that step (as Horovod's own Keras callback does), so the ranks
-    agree from the second step on. Refuses XLA: Horovod's ops have no XLA lowering here, so a
-    jit-compiled train step could not contain the all-reduce."""
+    before the first step (it does so only under a tf.distribute strategy). A model that has
+    its weights when training begins (an ``Input``, or called once on a batch): the optimizer
+    is built here and both are broadcast at once. A model still without weights: the first
+    call of the train function builds it from the batches' spec first, as fit would under a
+    strategy, then broadcasts, then runs the step. Either way N ranks at batch B train exactly
+    as 1 rank at N x B. (Where the train function offers no spec, the broadcast follows the
+    first step, as Horovod's own Keras callback does: the ranks then agree from the second
+    step on.) Refuses XLA: Horovod's ops have no XLA lowering here, so a jit-compiled train
+    step could not contain the all-reduce."""
 
     def __init__(self, root_rank: int = 0):
         super().__init__()
@@ -162,14 +150,40 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
                             "on by itself when it sees a GPU), but Horovod's all-reduce has no "
                             "XLA lowering: compile with jit_compile=False")
         refuse_loss_scale_outside(self.model.optimizer)
-        if not self.done and self.model.built and self.model.variables:
-            if not self.model.optimizer.built:
-                self.model.optimizer.build(self.model.trainable_variables)
-            self._broadcast()
+        if self.done:
+            return
+        if self.model.built and self.model.variables:
+            self._build_optimizer_and_broadcast()
+        else:
+            self._build_and_broadcast_at_first_step()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if not self.done:
             self._broadcast()
+
+    def _build_optimizer_and_broadcast(self) -> None:
+        if not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        self._broadcast()
+
+    def _build_and_broadcast_at_first_step(self) -> None:
+        """Wraps the model's train function (made before on_train_begin) for its first call."""
+        model = self.model
+        train_function = getattr(model, "train_function", None)
+        if train_function is None or not hasattr(model, "_symbolic_build"):
+            return
+
+        def first_step(iterator: Any) -> Any:
+            model.train_function = train_function
+            spec = getattr(iterator, "element_spec", None)
+            if spec is not None and not self.done:
+                # Keras' own build from symbolic inputs, which fit runs under a strategy.
+                model._symbolic_build(data_batch=spec)
+                if model.variables:
+                    self._build_optimizer_and_broadcast()
+            return train_function(iterator)
+
+        model.train_function = first_step
 
     def _broadcast(self) -> None:
         broadcast_variables([*self.model.variables,

@@ -1,10 +1,14 @@
 """The one place gradients are reduced across ranks: the Keras 3 optimizer wrapper, the Keras 3
 tape stand-in and the custom loop's accumulated gradients all call ``reduce_gradients``, as
-Horovod's optimizer, tape and accumulation all call its ``_make_allreduce_grads_fn``."""
+Horovod's optimizer, tape and accumulation all call its ``_make_allreduce_grads_fn``.
+
+Also the record of what a distributed tape returned (on either Keras), so that a distributed
+optimizer refuses to reduce those gradients a second time."""
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+import weakref
+from typing import Any, Sequence, TypeVar
 
 import tensorflow as tf
 
@@ -13,6 +17,11 @@ import horovod.tensorflow as hvd
 
 from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.reduction import compression, reduce_op
+from hvdtrain.errors import UserError
+
+T = TypeVar("T")
+# The gradients distributed tapes returned, by id (weakly: they go when the step drops them).
+_REDUCED_BY_TAPE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
 def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
@@ -60,3 +69,20 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
         for i, grad in zip(grouped, reduced):
             out[i] = grad
     return out
+
+
+def mark_reduced(gradients: T) -> T:
+    """``gradients`` (what a distributed tape returned: a list, or one gradient), recorded as
+    reduced already, and returned as they are."""
+    for grad in gradients if isinstance(gradients, (list, tuple)) else [gradients]:
+        if grad is not None:
+            _REDUCED_BY_TAPE[id(grad)] = grad
+    return gradients
+
+
+def refuse_reduced(gradients: Sequence[Any]) -> None:
+    """Raises UserError when any of ``gradients`` came from a distributed tape: a distributed
+    optimizer would all-reduce them a second time (the same numbers, twice the traffic)."""
+    if any(_REDUCED_BY_TAPE.get(id(g)) is g for g in gradients if g is not None):
+        raise UserError("these gradients come from dist.distributed_tape and were reduced "
+                        "already: apply them with a plain optimizer, not a distributed one")

@@ -1,7 +1,8 @@
 """A rank's start: launching.load_tensorflow holds back the imports Keras 3 makes for features
 hvdtrain does not use (scikit-learn, matplotlib), the digits are read without importing
-scikit-learn, and after dist.init autograph leaves Horovod's code alone. Each check runs in a
-fresh Python, the way a rank starts."""
+scikit-learn, after dist.init autograph leaves Horovod's code alone, and TensorFlow's start-up
+chatter below the log level is dropped. Each check runs in a fresh Python, the way a rank
+starts."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import run_job
+from hvdtrain import launching
 from hvdtrain.data import sklearn_data
 
 LOADED = """
@@ -114,3 +116,48 @@ def test_autograph_leaves_horovod_alone_after_dist_init(init, tmp_path):
     assert seen["result"] == [2.0, 2.0]  # one rank: the sum of one doubled tensor
     assert "__main__" in seen["converted"]   # the user's step is still converted
     assert ("horovod" in seen["converted"]) == (init == "hvd.init()"), seen["converted"]
+
+
+# What TensorFlow 2.21 writes to stderr while it loads, past TF_CPP_MIN_LOG_LEVEL (absl logs
+# before absl::InitializeLog() ignore it), between lines that must stay.
+CHATTER = [
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+    b"I0000 00:00:1795606562.003002    7691 port.cc:153] oneDNN custom operations are on.\n",
+    b"I0000 00:00:1795606562.150292    7691 cpu_feature_guard.cc:227] This TensorFlow binary "
+    b"is optimized to use available CPU instructions in performance-critical operations.\n",
+    b"To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow "
+    b"with the appropriate compiler flags.\n",
+]
+WARNING = b"W0000 00:00:1795606562.2    7691 gpu.cc:12] a warning\n"  # kept at level 1
+KEPT = [
+    b"E0000 00:00:1795606562.3    7691 gpu.cc:13] an error\n",
+    b"/x.py:3: DeprecationWarning: a Python warning\n",
+    b"To enable the following instructions: after a kept line, kept\n",
+]
+
+WRITES_TO_FD_2 = """
+import os, sys
+from hvdtrain import launching
+lines = [bytes.fromhex(h) for h in sys.argv[2:]]
+with launching.tensorflow_chatter_dropped(int(sys.argv[1])):
+    data = b"".join(lines)
+    os.write(2, data[:37])   # split inside a line, as a C++ writer may
+    os.write(2, data[37:])
+os.write(2, b"after\\n")
+"""
+
+
+def test_tensorflow_chatter_below_the_log_level_is_dropped():
+    lines = CHATTER + [WARNING] + KEPT
+    dropped = [True] * len(CHATTER)
+    assert launching.below_log_level(lines, 2) == dropped + [True] + [False] * len(KEPT)
+    # Controls: at level 1 the warning stays, at level 0 (the user asked) nothing goes.
+    assert launching.below_log_level(lines, 1) == dropped + [False] + [False] * len(KEPT)
+    assert not any(launching.below_log_level(lines, 0))
+    # Through file descriptor 2, as TensorFlow's C++ writes it, in a fresh process.
+    for level, expected in ((2, KEPT), (0, lines)):
+        done = subprocess.run([sys.executable, "-c", WRITES_TO_FD_2, str(level),
+                               *(line.hex() for line in lines)],
+                              capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == b"".join(expected) + b"after\n", level
