@@ -393,6 +393,13 @@ def write_shards(folder: Path, counts, prefix="part") -> list[Path]:
     return paths
 
 
+def shard_logged(stream, folder: Path) -> tuple[list[np.ndarray], list[str]]:
+    """The inputs of a train stream's first epoch, batch by batch, and the ids its shard log
+    wrote for them (the stream built with ``tfdata.SHARD_LOG_ENV`` set to ``folder``)."""
+    batches = list(stream.dataset.take(stream.steps_per_epoch).as_numpy_iterator())
+    return [x for x, _ in batches], (folder / "rank0.txt").read_text().splitlines()
+
+
 # ---------------------------------------------------------------------------------------------
 # Multi-host runs (test_multihost.py, test_slurm.py) against the same job on one host
 
