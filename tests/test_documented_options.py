@@ -75,6 +75,9 @@ def test_a_config_file_sets_adam_sqrt_scaling_and_the_cosine_decay(tmp_path):
     assert_ok(job, "predict --batch-size")
     with table.open() as f:
         assert [row["input"] for row in csv.DictReader(f)] == [str(i) for i in range(50)]
+    # The batches took effect: rank 0's 25 inputs in 4 batches of up to 7 (the default, 256:
+    # one batch of 25).
+    assert "(rank 0: 4 batches, the largest of 7)" in job.output, job.output[-2000:]
 
 
 def test_run_device_gpu_is_refused_with_one_line_where_there_is_no_gpu(tmp_path):
