@@ -351,6 +351,12 @@ def largest_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> floa
     return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
 
 
+def relative_distance(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    """|a - b| / |b| over all the weights together (Euclidean norms)."""
+    flat = lambda ws: np.concatenate([w.ravel() for w in ws])
+    return float(np.linalg.norm(flat(a) - flat(b)) / np.linalg.norm(flat(b)))
+
+
 # A small, fast, deterministic job for the numerical checks (synthetic-mlp: 266 train and 67
 # eval samples).
 EXACT = ["--set", "data.num_samples=333", "--set", "run.tensorboard=false",
