@@ -138,8 +138,10 @@ def input_shape(model: tf.keras.Model) -> tuple[int, ...]:
 # Scoring, gathering, writing
 
 def score_shard(model: tf.keras.Model, split: sources.Split, rank: int, size: int,
-                batch_size: int, progress: Progress | None = None) -> np.ndarray:
-    """[class id, probability] of each of this rank's inputs (r, r+N, ...), in order."""
+                batch_size: int, progress: Progress | None = None,
+                batches: list[int] | None = None) -> np.ndarray:
+    """[class id, probability] of each of this rank's inputs (r, r+N, ...), in order; the size
+    of each batch scored appended to ``batches``."""
     @tf.function(reduce_retracing=True)
     def probabilities(x: tf.Tensor) -> tf.Tensor:
         return tf.nn.softmax(tf.cast(model(x, training=False), tf.float32))
@@ -150,6 +152,8 @@ def score_shard(model: tf.keras.Model, split: sources.Split, rank: int, size: in
         rows.append(np.stack([p.argmax(axis=1), p.max(axis=1)], axis=1))
         if progress:
             progress.advance(len(p))
+        if batches is not None:
+            batches.append(len(p))
     return np.concatenate(rows)
 
 
@@ -201,7 +205,9 @@ def run(req: Request, config: Config, world: dist.World) -> None:
     share = len(sharding.shard_indices(len(inputs), world.rank, world.size))
     label = f"predicting (rank 0 of {world.size})" if world.size > 1 else "predicting"
     progress = Progress(share, label=label) if world.is_chief and share else None
-    scores = score_shard(model, inputs.split, world.rank, world.size, req.batch_size, progress)
+    batches: list[int] = []
+    scores = score_shard(model, inputs.split, world.rank, world.size, req.batch_size, progress,
+                         batches)
     # Horovod: every rank's scores, in rank order, for rank 0 to put back in input order.
     everyone = dist.allgather_object(scores)
     dist.rank0_then_all(  # Horovod: a failed write stops every rank with rank 0's error
@@ -209,4 +215,6 @@ def run(req: Request, config: Config, world: dist.World) -> None:
                           req.overwrite), world)
     if world.is_chief:
         print(f"wrote {req.out}: {len(inputs)} predictions over {len(names)} classes, of "
-              f"{req.input or 'the eval set of ' + str(req.run_dir)}", flush=True)
+              f"{req.input or 'the eval set of ' + str(req.run_dir)} (rank 0: {len(batches)} "
+              f"batch{'es' if len(batches) != 1 else ''}, the largest of "
+              f"{max(batches, default=0)})", flush=True)

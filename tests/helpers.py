@@ -307,6 +307,12 @@ def largest_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> floa
     return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
 
 
+def relative_distance(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    """|a - b| / |b| over all the weights together (Euclidean norms)."""
+    flat = lambda ws: np.concatenate([w.ravel() for w in ws])
+    return float(np.linalg.norm(flat(a) - flat(b)) / np.linalg.norm(flat(b)))
+
+
 # A small, fast, deterministic job for the numerical checks (synthetic-mlp: 266 train and 67
 # eval samples).
 EXACT = ["--set", "data.num_samples=333", "--set", "run.tensorboard=false",
@@ -347,6 +353,13 @@ def write_shards(folder: Path, counts, prefix="part") -> list[Path]:
         paths.append(write_records(folder / f"{prefix}-{i:02d}.tfrecord", range(start, start + n)))
         start += n
     return paths
+
+
+def shard_logged(stream, folder: Path) -> tuple[list[np.ndarray], list[str]]:
+    """The inputs of a train stream's first epoch, batch by batch, and the ids its shard log
+    wrote for them (the stream built with ``tfdata.SHARD_LOG_ENV`` set to ``folder``)."""
+    batches = list(stream.dataset.take(stream.steps_per_epoch).as_numpy_iterator())
+    return [x for x, _ in batches], (folder / "rank0.txt").read_text().splitlines()
 
 
 # ---------------------------------------------------------------------------------------------

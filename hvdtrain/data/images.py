@@ -287,10 +287,12 @@ def train_stream(split: ImageFiles, rank: int, size: int, batch_size: int, first
                                 first_epoch, epochs, seed, shuffle)
     if cached(split, len(own)):  # decode this rank's files once; batches gather from memory
         return gathered_train(decode_all([split.paths[i] for i in own], split.image_shape),
-                              split.labels[own], np.searchsorted(own, orders), batch_size)
+                              split.labels[own], np.searchsorted(own, orders), batch_size,
+                              ids=lambda: [split.paths[i] for i in own])
     labels = tf.constant(split.labels)
     fetch = batch_decoder(tf.constant(split.paths), split.image_shape)
-    return indexed_train(orders, batch_size, lambda idx: (fetch(idx), tf.gather(labels, idx)))
+    return indexed_train(orders, batch_size, lambda idx: (fetch(idx), tf.gather(labels, idx)),
+                         ids=lambda: split.paths)
 
 
 def eval_images(split: ImageFiles, rank: int, size: int) -> tf.data.Dataset:

@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from hvdtrain.data import sharding
 from hvdtrain.errors import UserError
-from hvdtrain.data.tfdata import TrainStream, gathered_train, keeps_in_memory, with_thread_budget
+from hvdtrain.data.tfdata import (TrainStream, carrying_ids, gathered_train, keeps_in_memory,
+                                  observed, shard_log, with_thread_budget)
 
 FEATURES = {"image_raw": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
@@ -146,24 +147,22 @@ def decoder(image_shape: tuple[int, ...]):
     return decode
 
 
-def _own_records(split: Records, rank: int, size: int) -> tuple[list[str] | None,
-                                                              tf.data.Dataset]:
+def named_records(path: tf.Tensor) -> tf.data.Dataset:
+    """The records of one file with their ids beside them, FILE:INDEX (the shard log)."""
+    return tf.data.TFRecordDataset(path).enumerate().map(
+        lambda i, record: (record, tf.strings.join([path, tf.strings.as_string(i)], ":")))
+
+
+def _own_records(split: Records, rank: int, size: int, named: bool = False) -> tuple[
+        list[str] | None, tf.data.Dataset]:
     """This rank's files (None when there are fewer files than ranks) and its records in file
-    order: whole files per rank, or else every size-th record of all files."""
+    order: whole files per rank, or else every size-th record of all files; ``named``: each
+    with its id beside it."""
     own_files = sharding.shard_files(list(split.files), rank, size)
-    if own_files is not None:
-        return own_files, tf.data.TFRecordDataset(own_files)
-    return None, tf.data.TFRecordDataset(list(split.files)).shard(size, rank)
-
-
-def own_positions(split: Records, rank: int, size: int) -> list[int]:
-    """The positions among all the split's records (file after file) that _own_records reads."""
-    own_files = sharding.shard_files(list(split.files), rank, size)
-    starts = np.cumsum((0, *split.counts))
-    if own_files is None:
-        return list(range(rank, len(split), size))
-    return [p for i, f in enumerate(split.files) if f in own_files
-            for p in range(starts[i], starts[i + 1])]
+    files = list(split.files) if own_files is None else own_files
+    ds = (tf.data.Dataset.from_tensor_slices(files).flat_map(named_records) if named
+          else tf.data.TFRecordDataset(files))
+    return own_files, ds if own_files is not None else ds.shard(size, rank)
 
 
 def train_stream(split: Records, rank: int, size: int, batch_size: int, first_epoch: int,
@@ -190,15 +189,18 @@ def _kept_stream(split: Records, rank: int, size: int, batch_size: int,
                  orders: np.ndarray) -> TrainStream:
     """data.cache: the rank's records decoded once into memory, each epoch gathered by its row
     of ``orders`` (positions among the rank's records, the array rule)."""
-    x, y = _decoded_all(_own_records(split, rank, size)[1], split.image_shape)
-    return gathered_train(x, y, orders, batch_size)
+    named = shard_log() is not None
+    x, y, ids = _decoded_all(_own_records(split, rank, size, named)[1], split.image_shape,
+                             named)
+    return gathered_train(x, y, orders, batch_size, ids=lambda: ids)
 
 
 def _streamed(split: Records, rank: int, size: int, batch_size: int, steps: int,
               epoch_seeds: np.ndarray, shuffle_buffer: int) -> TrainStream:
     """The rank's records read from the files every epoch: its files in an order shuffled by
     the epoch's seed, then its records through a shuffle buffer (0: neither shuffle)."""
-    own_files, own = _own_records(split, rank, size)
+    folder = shard_log()
+    own_files, own = _own_records(split, rank, size, named=folder is not None)
 
     def one_epoch(epoch_seed: tf.Tensor) -> tf.data.Dataset:
         ds = own
@@ -208,15 +210,18 @@ def _streamed(split: Records, rank: int, size: int, batch_size: int, steps: int,
                 files = files.shuffle(len(own_files), seed=epoch_seed)
             # Sequential (no num_parallel_calls): the same order, and on a rank's one or two
             # cores faster than a parallel interleave's threads (hvdtrain bench input).
-            ds = files.interleave(tf.data.TFRecordDataset, cycle_length=min(4, len(own_files)))
+            ds = files.interleave(named_records if folder else tf.data.TFRecordDataset,
+                                  cycle_length=min(4, len(own_files)))
         if shuffle_buffer:
             ds = ds.shuffle(shuffle_buffer, seed=epoch_seed)
         return ds.repeat().take(steps * batch_size)   # each epoch exactly its steps
 
+    decode = batch_decoder(split.image_shape)
     ds = (tf.data.Dataset.from_tensor_slices(epoch_seeds).flat_map(one_epoch)
           .batch(batch_size, drop_remainder=True)
-          .map(batch_decoder(split.image_shape), num_parallel_calls=tf.data.AUTOTUNE)
-          .prefetch(tf.data.AUTOTUNE))
+          .map(carrying_ids(decode) if folder else decode,
+               num_parallel_calls=tf.data.AUTOTUNE))
+    ds = (observed(ds, steps, folder) if folder else ds).prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     # The same order, about twice the records per second on one thread (measured): fused, the
     # shuffle then repeat of each epoch is the slower of the two.
@@ -224,14 +229,17 @@ def _streamed(split: Records, rank: int, size: int, batch_size: int, steps: int,
     return TrainStream(with_thread_budget(ds.with_options(options)), steps, steps * batch_size)
 
 
-def _decoded_all(records: tf.data.Dataset, image_shape: tuple[int, ...]) -> tuple[np.ndarray,
-                                                                                  np.ndarray]:
-    """``records`` decoded: float32 images [n, *image_shape] and int32 labels [n]."""
-    chunks = list(with_thread_budget(records.batch(4096).map(batch_decoder(image_shape)))
-                  .as_numpy_iterator())
+def _decoded_all(records: tf.data.Dataset, image_shape: tuple[int, ...],
+                 named: bool = False) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``records`` decoded: float32 images [n, *image_shape], int32 labels [n], and
+    (``named``: records with their ids beside them) their ids."""
+    decode = batch_decoder(image_shape)
+    chunks = list(with_thread_budget(records.batch(4096).map(
+        carrying_ids(decode) if named else decode)).as_numpy_iterator())
     if not chunks:
-        return np.zeros((0, *image_shape), np.float32), np.zeros(0, np.int32)
-    return np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks])
+        return np.zeros((0, *image_shape), np.float32), np.zeros(0, np.int32), []
+    ids = [i.decode() for c in chunks for i in c[2]] if named else []
+    return np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]), ids
 
 
 def eval_records(split: Records, rank: int, size: int) -> tf.data.Dataset:

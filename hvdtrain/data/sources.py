@@ -14,12 +14,10 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import placement
 from hvdtrain.data import images, records, sharding, sklearn_data, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
@@ -214,42 +212,17 @@ def _tfrecord(cfg: DataConfig) -> DataSet:
 # ---------------------------------------------------------------------------------------------
 # Per-rank pipelines
 
-# A check of the sharding (the tests set it): a folder where every process that builds a train
-# stream writes the ids of the samples its first epoch reads, one a line, to rank{R}.txt.
-SHARD_LOG_ENV = "HVDTRAIN_DEBUG_SHARD_LOG"
-
-
-def shard_ids(split: Split, rank: int, size: int, first_epoch: int, epochs: int, seed: int,
-              shuffle: bool, pad: bool) -> list[str]:
-    """The ids of the samples this rank reads in its first epoch: the index of an array
-    sample, the path of an image file, the position of a record among all the split's."""
-    if isinstance(split, Arrays):
-        return [str(i) for i in sharding.epoch_orders(len(split), rank, size, first_epoch,
-                                                      first_epoch + 1, seed, shuffle, pad)[0]]
-    if isinstance(split, images.ImageFiles):
-        own = images.own_indices(split, rank, size)
-        return [split.paths[i] for i in own]
-    return [str(i) for i in records.own_positions(split, rank, size)]
-
-
-def _log_shard(split: Split, rank: int, size: int, *order: Any) -> None:
-    folder = os.environ.get(SHARD_LOG_ENV)
-    if folder:   # named by the launcher's rank: a control may build another rank's stream
-        ids = shard_ids(split, rank, size, *order)
-        Path(folder, f"rank{placement.launcher_rank()}.txt").write_text("\n".join(ids) + "\n")
-
-
 def train_dataset(split: Split, *, rank: int, size: int, batch_size: int, first_epoch: int,
                   epochs: int, seed: int, shuffle: bool,
                   shuffle_buffer: int = 10_000, pad: bool = True) -> TrainStream:
     """This rank's batches for epochs first_epoch..epochs-1, with the steps per epoch (equal on
     every rank). ``pad=False`` (horovod.join_uneven): each rank reads its own shard once per
     epoch, so ranks may run different numbers of steps."""
-    _log_shard(split, rank, size, first_epoch, epochs, seed, shuffle, pad)
     if isinstance(split, Arrays):
         orders = sharding.epoch_orders(len(split), rank, size, first_epoch, epochs, seed,
                                        shuffle, pad)
-        return tfdata.gathered_train(split.x, split.y, orders, batch_size)
+        return tfdata.gathered_train(split.x, split.y, orders, batch_size,
+                                     ids=lambda: [str(i) for i in range(len(split))])
     if isinstance(split, images.ImageFiles):
         return images.train_stream(split, rank, size, batch_size, first_epoch, epochs, seed,
                                    shuffle, pad)

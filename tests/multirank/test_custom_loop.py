@@ -12,8 +12,10 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from helpers import (EXACT, assert_ok, assert_stopped_with_one_line, hvdtrain,
-                     largest_difference, launch, weights, worker, write_records, write_shards)
+from helpers import (EXACT, assert_ok, assert_stopped_with_one_line, hvdtrain, keras_major,
+                     largest_difference, launch, relative_distance, weights, worker,
+                     write_records, write_shards)
+from hvdtrain import debug
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
@@ -269,6 +271,11 @@ def test_join_uneven_shards_finish_and_train_correctly(tmp_path):
     assert largest_difference(ranks[0], other) > 1e-3
 
 
+# digits-mlp for 10 epochs under mixed_float16 through the CLI, a cosine decay, a 2 ms cycle.
+MIXED_DIGITS = ["--preset", "digits-mlp", "--set", "train.precision=mixed_float16", "--epochs",
+                "10", "--set", "optim.decay=cosine", "--set", "horovod.cycle_time_ms=2"]
+
+
 def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     # mpirun, the CLI end to end: --loop custom, --timeline, a cycle time from the config, and
     # float16 compute whose loss scale sees the gradients after the all-reduce. The MLP: float16
@@ -276,11 +283,9 @@ def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     # A cosine decay settles the last epochs: at a constant lr the eval accuracy swings from
     # epoch to epoch (the CNN's: 0.961 then 0.939 on Keras 3, measured).
     run_dir, timeline = tmp_path / "run", tmp_path / "timeline.json"
-    job = launch("mpi", 2, hvdtrain("train", "--preset", "digits-mlp", "--loop", "custom",
-                                    "--set", "train.precision=mixed_float16", "--epochs", "10",
-                                    "--set", "optim.decay=cosine",
-                                    "--set", "horovod.cycle_time_ms=2", "--timeline",
-                                    str(timeline), "--run-dir", str(run_dir)))
+    job = launch("mpi", 2, hvdtrain("train", *MIXED_DIGITS, "--loop", "custom", "--timeline",
+                                    str(timeline), "--run-dir", str(run_dir)),
+                 env=weights_log(tmp_path / "custom"))
     assert_ok(job, "mixed_float16 digits")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["final_eval_accuracy"] >= 0.95, summary   # the float32 bar
@@ -299,6 +304,38 @@ def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     assert (run_dir / "model").is_dir()
     count, _ = gradient_allreduces(timeline)  # Chrome trace JSON, written by rank 0
     assert count == 6 * 23 * 10   # 6 gradient tensors (mlp: 3 layers) x 23 steps x 10 epochs
+    # The same job on Keras fit, every rank's final weights logged as the custom loop's were.
+    job = launch("mpi", 2, hvdtrain("train", *MIXED_DIGITS, "--loop", "fit",
+                                    "--run-dir", str(tmp_path / "fit")),
+                 env=weights_log(tmp_path / "fit-weights"))
+    assert_ok(job, "mixed_float16 digits on fit")
+    fitted = json.loads((tmp_path / "fit" / "summary.json").read_text())
+    assert (fitted["loop"], fitted["precision"]) == ("fit", "mixed_float16")
+    assert fitted["final_eval_accuracy"] >= 0.95, fitted
+    custom, fit = ([weights(folder / f"rank{r}.npz") for r in (0, 1)]
+                   for folder in (tmp_path / "custom", tmp_path / "fit-weights"))
+    assert largest_difference(*custom) == 0 and largest_difference(*fit) == 0  # ranks agree
+    apart = relative_distance(fit[0], custom[0])
+    print(f"mixed_float16 digits, fit vs the custom loop: {apart:.2e}")
+    if keras_major() >= 3:
+        # The same float16 steps: equal to the bit (0 measured), held to the 1e-5 the float32
+        # loops meet. Control (run once; what a fit that silently trained in float32 gives):
+        # the same job at float32 ends 4.9e-2 away (largest difference).
+        assert largest_difference(fit[0], custom[0]) <= 1e-5, apart
+    else:
+        # Not equal on Keras 2, for a real reason: its compiled loss computes the cross-entropy
+        # of the float16 logits in float16 (Keras 2's losses take the logits' dtype), while the
+        # custom loop (and Keras 3's loss) casts them to float32 first: 2.1e-2 apart after
+        # 10 epochs (measured; the float32 job is 3.6e-2 from the custom loop's, so this bound
+        # does not tell the precisions apart: it holds fit to the same training, the ranks'
+        # agreement and the bar above hold the rest).
+        assert apart < 0.05, apart
+
+
+def weights_log(folder: Path) -> dict[str, str]:
+    """The environment that has every rank write its final weights to folder/rank{R}.npz."""
+    folder.mkdir(parents=True)
+    return {debug.WEIGHTS_LOG_ENV: str(folder)}
 
 
 EMBEDDING_SGD = ["model.name=embedding", *PLAIN_SGD, "optim.lr=0.5", "train.epochs=2",

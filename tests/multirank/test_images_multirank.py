@@ -16,7 +16,7 @@ import pytest
 
 from helpers import (assert_ok, assert_stopped_with_one_line, convert_digits, exported_model,
                      hvdtrain, launch, launcher_turns)
-from hvdtrain.data import sources
+from hvdtrain.data import records, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import SORTED, write_digit_tree, write_digits
 
@@ -55,17 +55,21 @@ def test_image_folders_train_to_the_digits_bar(digit_tree, tmp_path):
 
 
 def shard_log(folder: Path) -> dict[str, str]:
-    """The environment that has every rank write the ids its first epoch reads into folder."""
+    """The environment that has every rank's train stream write the ids of the samples its
+    first epoch yields into folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    return {sources.SHARD_LOG_ENV: str(folder)}
+    return {tfdata.SHARD_LOG_ENV: str(folder)}
 
 
 def whole_split(source: str, digit_tree: tuple[Path, Path], path: Path | None = None) -> set:
-    """The ids of every training sample of ``source`` (the tree's folders, or ``path``)."""
+    """The ids of every training sample of ``source`` (the tree's folders, or ``path``): an
+    image's path, a record's FILE:INDEX, an array's row."""
     where = {"images": {"path": str(digit_tree[0]), "eval_path": str(digit_tree[1]),
                         "image_shape": (8, 8, 1)},
              "tfrecord": {"path": str(path)}, "digits": {}}[source]
     train = sources.load(DataConfig(source=source, **where), seed=42).train
+    if isinstance(train, records.Records):
+        return {f"{f}:{i}" for f, n in zip(train.files, train.counts) for i in range(n)}
     return set(train.paths) if source == "images" else {str(i) for i in range(len(train))}
 
 
@@ -73,7 +77,8 @@ def assert_sharded(folder: Path, ranks: int, whole: set) -> None:
     """The ranks read pairwise disjoint shares of the training split, together all of it."""
     read = [set((folder / f"rank{r}.txt").read_text().splitlines()) for r in range(ranks)]
     for a, b in itertools.combinations(range(ranks), 2):
-        assert not read[a] & read[b], f"ranks {a} and {b} share samples"
+        both = read[a] & read[b]
+        assert not both, f"ranks {a} and {b} share samples ({len(both)} of {len(whole)})"
     assert set().union(*read) == whole, "the ranks together miss samples or read others"
 
 
@@ -97,23 +102,24 @@ def test_three_ranks_read_disjoint_shares_of_every_source(digit_tree, tmp_path):
                "tfrecord": ["--data", "tfrecord", "--set", f"data.path={shards}",
                             "--set", "run.tensorboard=false"],
                "digits": ["--data", "digits", "--set", "run.tensorboard=false"]}
+    wrapper = tmp_path / "not_sharded.py"
+    wrapper.write_text(NOT_SHARDED)
     for source, args in sources.items():
+        whole = whole_split(source, digit_tree, shards)
         read = tmp_path / source
         job = launch("mpi", 3, hvdtrain("train", "--preset", "digits-mlp", "--epochs", "1",
                                         *args, "--run-dir", str(tmp_path / f"run-{source}")),
                      env=shard_log(read))
         assert_ok(job, f"hvdtrain train on {source} at 3 ranks")
-        assert_sharded(read, 3, whole_split(source, digit_tree, shards))
-    # Control: the same digits launch with a pipeline that does not shard.
-    wrapper = tmp_path / "not_sharded.py"
-    wrapper.write_text(NOT_SHARDED)
-    job = launch("mpi", 3, [sys.executable, str(wrapper), "train", "--preset", "digits-mlp",
-                            "--epochs", "1", *sources["digits"],
-                            "--run-dir", str(tmp_path / "run-control")],
-                 env=shard_log(tmp_path / "control"))
-    assert_ok(job, "the control: not sharded")
-    with pytest.raises(AssertionError, match="share samples"):
-        assert_sharded(tmp_path / "control", 3, whole_split("digits", digit_tree))
+        assert_sharded(read, 3, whole)
+        # Control: the same launch with a pipeline that does not shard.
+        job = launch("mpi", 3, [sys.executable, str(wrapper), "train", "--preset", "digits-mlp",
+                                "--epochs", "1", *args,
+                                "--run-dir", str(tmp_path / f"control-{source}")],
+                     env=shard_log(tmp_path / f"control-{source}-read"))
+        assert_ok(job, f"the control on {source}: not sharded")
+        with pytest.raises(AssertionError, match="share samples"):
+            assert_sharded(tmp_path / f"control-{source}-read", 3, whole)
 
 
 def convert(src: Path, dst: Path, *args: str) -> Path:

@@ -8,10 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from helpers import assert_ok, launch, largest_difference, weights, worker
+from helpers import assert_ok, launch, largest_difference, relative_distance, weights, worker
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
@@ -51,12 +50,6 @@ def test_mixed_float16_two_ranks_equal_one_rank_at_twice_the_batch_on_both_loops
     loops = relative_distance(fit[0], two[0])
     print(f"mixed_float16, fit vs the custom loop at 2 x 16: {loops:.2e}")
     assert loops < 0.01 and relative_distance(alone[0], two[0]) > 10 * loops, loops
-
-
-def relative_distance(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    """|a - b| / |b| over all the weights together (Euclidean norms)."""
-    flat = lambda ws: np.concatenate([w.ravel() for w in ws])
-    return float(np.linalg.norm(flat(a) - flat(b)) / np.linalg.norm(flat(b)))
 
 
 # One rank's activations become inf for one step (step 3 of rank 1): its loss and gradients are

@@ -3,6 +3,7 @@ its figures checked for sense (not for speed: speed targets are figures in the o
 from __future__ import annotations
 
 import json
+import statistics
 import warnings
 
 import pytest
@@ -217,6 +218,7 @@ def check_scaling(scaled: dict) -> None:
     for ranks, row in rows.items():
         assert len(row["raw"]) == ranks                     # every rank reported its own count
         assert row["total_samples_per_sec"]["median"] > 0
+        assert_total_is_every_ranks_samples_over_the_slowest_time(row)
         # The same budget at every N: one core and one intra-op thread per rank, recorded.
         assert len(row["core_budget"]) == ranks and all(
             len(b["cores"]) == 1 and b["intra_op_threads"] == 1 for b in row["core_budget"])
@@ -230,6 +232,21 @@ def check_scaling(scaled: dict) -> None:
     assert e > 0 and rows[2]["efficiency_above_ceiling"] == (e > 1.05), rows[2]
     if e > 1.05:
         warnings.warn(f"weak-scaling efficiency {e:.2f} at 2 ranks: noise, flagged as such")
+
+
+def assert_total_is_every_ranks_samples_over_the_slowest_time(row: dict) -> None:
+    """The row's total rate recomputed from its ranks' raw counts, repeat by repeat: the
+    samples of all ranks over the slowest rank's seconds (the arithmetic of
+    test_total_rate_is_the_sum_..., here on a real run's figures)."""
+    raw = row["raw"]
+    repeats = {len(r["samples"]) for r in raw} | {len(r["seconds"]) for r in raw}
+    assert len(repeats) == 1, raw                           # every rank timed every repeat
+    totals = [sum(r["samples"][i] for r in raw) / max(r["seconds"][i] for r in raw)
+              for i in range(repeats.pop())]
+    total = row["total_samples_per_sec"]
+    assert (total["n"], total["median"], total["min"], total["max"]) == pytest.approx(
+        (len(totals), statistics.median(totals), min(totals), max(totals)), rel=1e-12), (
+        total, totals)
 
 
 def check_allreduce(reduced: dict) -> None:

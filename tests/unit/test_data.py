@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import RECORD_SHAPE, write_records, write_shards
+from helpers import RECORD_SHAPE, shard_logged, write_records, write_shards
 from hvdtrain.data import records, sharding, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
@@ -453,6 +453,22 @@ def test_array_train_seed_changes_the_order():
     assert not np.array_equal(a, c)
 
 
+def test_shard_log_names_the_rows_the_stream_yields_and_is_absent_unset(tmp_path,
+                                                                        monkeypatch):
+    kw = dict(rank=1, size=2, batch_size=BATCH, first_epoch=0, epochs=2, seed=SEED,
+              shuffle=True)
+    monkeypatch.setenv(tfdata.SHARD_LOG_ENV, str(tmp_path))
+    logged = sources.train_dataset(indexed(N), **kw)
+    xs, ids = shard_logged(logged, tmp_path)
+    rows = np.concatenate([x[:, 0] for x in xs]).astype(int).tolist()
+    assert [int(i) for i in ids] == rows          # padded: the wrapped-around row twice
+    # Unset, the stream has no step of the log's (its graph holds no Python call).
+    monkeypatch.delenv(tfdata.SHARD_LOG_ENV)
+    assert b"EagerPyFunc" in logged.dataset._as_serialized_graph().numpy()
+    assert b"EagerPyFunc" not in sources.train_dataset(
+        indexed(N), **kw).dataset._as_serialized_graph().numpy()
+
+
 @pytest.mark.parametrize("n, size", [(7, 2), (7, 3), (11, 3), (5, 1)])
 def test_array_eval_is_disjoint_complete_and_unpadded(n, size):
     split = indexed(n)
@@ -527,6 +543,19 @@ def test_record_train_equal_steps_and_own_shard(tmp_path, counts, owned, shuffle
         if not shuffle:                                  # in order: epoch 1 covers the shard
             first = np.concatenate([_pixels(x) for x, _ in batches[:steps]])
             assert set(first.tolist()) == owned[rank]
+
+
+@KEPT_OR_STREAMED
+@pytest.mark.parametrize("counts", [(3, 5, 2, 4), (7,)])   # whole files, record by record
+def test_shard_log_names_the_records_the_stream_yields(tmp_path, monkeypatch, counts, cache):
+    split = _records(tmp_path, counts, cache)
+    starts = dict(zip(split.files, np.cumsum((0, *split.counts)).tolist()))
+    monkeypatch.setenv(tfdata.SHARD_LOG_ENV, str(tmp_path))
+    xs, ids = shard_logged(sources.train_dataset(
+        split, rank=1, size=2, batch_size=2, first_epoch=0, epochs=2, seed=5, shuffle=True,
+        shuffle_buffer=3), tmp_path)
+    positions = [starts[f] + int(i) for f, i in (name.rsplit(":", 1) for name in ids)]
+    assert positions == np.concatenate([_pixels(x) for x in xs]).tolist()
 
 
 @KEPT_OR_STREAMED

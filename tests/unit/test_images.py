@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import shard_logged
 from hvdtrain import rundir
-from hvdtrain.data import images, sources
+from hvdtrain.data import images, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import NAMES, SORTED, digits_uint8, sample_photos, write_digits
 from hvdtrain.errors import UserError
@@ -113,6 +114,18 @@ def test_train_shards_every_class_equal_steps_disjoint_and_complete(tree, size):
         owned.append(set(own.tolist()))
     assert set().union(*owned) == set(range(N))
     assert sum(map(len, owned)) == N                      # disjoint
+
+
+@pytest.mark.parametrize("cache", ["on", "off"])
+def test_shard_log_names_the_files_the_stream_yields(tree, tmp_path, monkeypatch, cache):
+    split = images.scan(str(tree), (8, 8, 1), cache=cache)
+    monkeypatch.setenv(tfdata.SHARD_LOG_ENV, str(tmp_path))
+    xs, ids = shard_logged(sources.train_dataset(split, rank=1, size=3, batch_size=4,
+                                              first_epoch=0, epochs=2, seed=5, shuffle=True),
+                           tmp_path)
+    assert set(ids) == {split.paths[i] for i in images.own_indices(split, 1, 3)}
+    np.testing.assert_allclose(np.concatenate(xs), images.decode_all(ids, (8, 8, 1)),
+                               atol=1e-6)
 
 
 def _batches(split, first_epoch, epochs=3, rank=1, size=2, seed=7, **kw):

@@ -1,12 +1,14 @@
-"""conftest's --launcher-turns (make test's lane on the other stack): a test that runs under
-both launchers runs under exactly one of them, the launchers take turns, and nothing else is
-left out."""
+"""conftest's collection hook: --launcher-turns (make test's lane on the other stack), where a
+test that runs under both launchers runs under exactly one of them, the launchers take turns,
+and nothing else is left out; and the keras3_only tests, deselected (not skipped) on Keras 2."""
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
+import conftest
 from helpers import LAUNCHERS, ROOT
 
 # Tests under both launchers (some with one fixture for both), bad-input cases under both and
@@ -37,3 +39,26 @@ def test_each_test_under_both_launchers_runs_under_one_of_them_in_turn():
     kept_of_pairs = [nodeid for nodeid in turns if twin[nodeid] in paired]
     for launcher in ("gloo", "mpi"):
         assert any(launcher in LAUNCHER_IN_ID.findall(n) for n in kept_of_pairs), launcher
+
+
+class Collected:
+    """What the hook sees of pytest's config: no --launcher-turns, and a deselected report."""
+    def __init__(self) -> None:
+        self.deselected: list[str] = []
+        self.hook = SimpleNamespace(pytest_deselected=lambda items: self.deselected.extend(
+            i.nodeid for i in items))
+
+    def getoption(self, name: str) -> bool:
+        return False
+
+
+def test_keras3_only_tests_are_deselected_on_keras2_and_kept_on_keras3(monkeypatch):
+    marked = {"t.py::plain": {}, "t.py::mine": {"keras3_only": True, "core": True},
+              "t.py::core": {"core": True}}
+    for major, dropped in ((2, ["t.py::mine"]), (3, [])):   # Keras 3: the control, all kept
+        monkeypatch.setattr(conftest, "keras_major", lambda m=major: m)
+        items = [SimpleNamespace(nodeid=n, keywords=k) for n, k in marked.items()]
+        config = Collected()
+        conftest.pytest_collection_modifyitems(config, items)
+        assert [i.nodeid for i in items] == [n for n in marked if n not in dropped], major
+        assert config.deselected == dropped, major    # reported as deselected, not skipped
