@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from conftest import assert_ok, hvdtrain, keras_major, run_job
-from hvdtrain.bench import (allreduce, peers, project, scaling, stacks, suite, tax,
+from hvdtrain.bench import (allreduce, common, peers, project, scaling, stacks, suite, tax,
                             versus_horovod)
 from hvdtrain.bench import input as input_bench
 
@@ -135,8 +135,48 @@ def test_an_efficiency_above_the_ceiling_is_flagged_as_noise():
             {"model": "m", "ranks": 4, "total_samples_per_sec": {"median": 440.0}}]
     scaling.add_efficiency(rows)
     assert [r["efficiency_above_ceiling"] for r in rows] == [False, False, True]
-    assert scaling.efficiency_cell(rows[1]) == pytest.approx(1.0)
-    assert scaling.efficiency_cell(rows[2]) == "1.1 (above 1.05: noise)"
+    assert scaling.efficiency_cell(rows[1]) == "1.0000: meets >= 0.95"
+    assert scaling.efficiency_cell(rows[2]) == "1.1000 (above 1.05: noise)"
+    rows[1]["total_samples_per_sec"]["median"] = 189.9  # 0.9495: a miss, printed as one
+    scaling.add_efficiency(rows, {"m": 102.0})
+    assert scaling.efficiency_cell(rows[1]) == "0.9495: misses >= 0.95"
+    assert rows[0]["over_plain_fit"] == pytest.approx(100 / 102)
+    assert "over_plain_fit" not in rows[1]
+
+
+def test_a_ratio_just_under_its_target_prints_as_a_miss():
+    # tax.md printed 0.9796 as "0.980" and a 9.8% spread as "10%": a miss of 0.98 hidden.
+    close = common.ratio_summary([0.9796, 0.93, 1.026])
+    assert close["spread"] == pytest.approx(0.098, abs=1e-4) and not close["noise"]
+    assert common.ratio_cell(close, 0.98) == "0.9796 (spread 9.8%): misses >= 0.98"
+    # Control: the same spread around a median at the target meets it.
+    met = common.ratio_summary([0.98, 0.93, 1.026])
+    assert common.ratio_cell(met, 0.98).endswith(": meets >= 0.98")
+    # Past the spread limit the verdict is noise, whatever the median.
+    wide = common.ratio_summary([0.99, 0.80, 1.02])
+    assert common.ratio_cell(wide, 0.98).endswith(": noise: does not count")
+    assert common.ratio_cell(wide) == "0.9900 (spread 22.2%) noise"
+    assert common.verdict(3.5, 3.0, at_least=False) == "misses <= 3"
+
+
+def test_the_stack_versions_are_the_measured_interpreters(tmp_path):
+    import sys
+    versions = common.stack_versions(sys.executable)
+    assert versions["python_executable"] == sys.executable
+    assert common.stack_line(versions).startswith("TensorFlow ")
+    fake = tmp_path / "python"   # another venv: what its own interpreter reports
+    fake.write_text('#!/bin/sh\necho \'{"tensorflow-cpu": "2.15.1", "keras": "2.15.0"}\'\n')
+    fake.chmod(0o755)
+    assert common.stack_line(common.stack_versions(str(fake))) == \
+        "TensorFlow 2.15.1, Keras 2.15.0, Horovod none"
+    assert common.machine(str(fake))["versions"]["keras"] == "2.15.0"
+
+
+def test_the_tax_rounds_interleave_both_stacks():
+    assert tax.round_order(0, ["this", "other"]) == [
+        ("this", "plain"), ("this", "hvdtrain"), ("other", "plain"), ("other", "hvdtrain")]
+    assert tax.round_order(1, ["this", "other"]) == tax.round_order(0, ["this", "other"])[::-1]
+    assert tax.round_order(1, ["this"]) == [("this", "hvdtrain"), ("this", "plain")]
 
 
 @pytest.mark.multirank
