@@ -172,6 +172,35 @@ def test_the_stack_versions_are_the_measured_interpreters(tmp_path):
     assert common.machine(str(fake))["versions"]["keras"] == "2.15.0"
 
 
+def test_the_paper_validation_reports_each_assumption_and_never_fits_one():
+    latency, per_byte = 10e-6, 8 / 25e9
+    # Control: no overlap and one buffer is the projection's own model.
+    plain = project.step_seconds(0.5, 512, 178e6, latency, per_byte)
+    assert plain["efficiency"] == pytest.approx(project.efficiency(0.5, 512, 178e6, latency,
+                                                                   per_byte))
+    # Four 64 MiB buffers pay the latency term four times; the bandwidth term is unchanged.
+    fused = project.step_seconds(0.5, 512, 4 * 64 * 2 ** 20, latency, per_byte,
+                                 fusion_bytes=64 * 2 ** 20)
+    assert fused["buffers"] == 4 and fused["latency_s"] == pytest.approx(4 * 2 * 511 * latency)
+    # Full overlap hides at most the backward pass (2/3 of the step).
+    hidden = project.step_seconds(0.3, 512, 500e6, latency, per_byte, overlap=1.0)
+    assert hidden["hidden_s"] == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        project.step_seconds(0.3, 2, 1e6, latency, per_byte, overlap=1.5)
+    # The implied overlap gives back the published figure when fed in.
+    phi = project.implied_overlap(0.5, plain["latency_s"] + plain["bandwidth_s"], 0.9)
+    assert project.step_seconds(0.5, 512, 178e6, latency, per_byte,
+                                overlap=phi)["efficiency"] == pytest.approx(0.9)
+    v = project.validate_paper()
+    rows = {r["model"]: r for r in v["rows"]}
+    assert set(project.PUBLISHED) <= set(rows)
+    for r in rows.values():
+        base = r["variants"][next(iter(project.PAPER_VARIANTS))]
+        assert base["difference_points"] == pytest.approx(
+            100 * (base["efficiency"] - r["published"]))
+        assert project.diagnose(r)
+
+
 def test_the_tax_rounds_interleave_both_stacks():
     assert tax.round_order(0, ["this", "other"]) == [
         ("this", "plain"), ("this", "hvdtrain"), ("other", "plain"), ("other", "hvdtrain")]
