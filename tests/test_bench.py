@@ -201,6 +201,47 @@ def test_the_paper_validation_reports_each_assumption_and_never_fits_one():
         assert project.diagnose(r)
 
 
+def test_peers_run_what_this_stack_cannot_in_the_other_venv(monkeypatch):
+    stacks = {"k3": {"keras": "3.15.1"}, "k2": {"keras": "2.15.0"}}
+    monkeypatch.setattr(peers.common, "stack_versions", lambda python: stacks[python])
+    plan = peers.plan_systems("k3", "k2")
+    assert plan["mwms"]["python"] == "k2" and plan["ps"]["python"] == "k2"
+    assert plan["mwms"]["other_stack_because"] == peers.UNAVAILABLE_ON_KERAS3["mwms"]
+    assert plan["hvdtrain"] == {"python": "k3"} and plan["hvdtrain-gloo"] == {"python": "k3"}
+    # Control: without another venv they are marked, not run.
+    assert "unavailable" in peers.plan_systems("k3", None)["mwms"]
+    assert peers.plan_systems("k2", None)["mwms"] == {"python": "k2"}
+    # Ratios pair the systems' runs round by round.
+    runs = {"hvdtrain": [{"samples_per_sec": 100.0}, {"samples_per_sec": 50.0}],
+            "hvdtrain-gloo": [{"samples_per_sec": 90.0}, {"samples_per_sec": 48.0}]}
+    ratio = peers.per_round_ratio(runs, "hvdtrain-gloo", "hvdtrain")
+    assert ratio["per_round"] == pytest.approx([0.9, 0.96])
+    assert peers.per_round_ratio(runs, "hvdtrain", "mwms") is None
+
+
+def test_the_allreduce_targets_count_1_to_16_mib_and_the_4_kib_floor():
+    mib, kib = allreduce.MIB, allreduce.KIB
+    row = lambda nbytes, seconds, ratio=None: {"bytes": nbytes, "seconds": {"median": seconds},
+                                              **({} if ratio is None else {"of_raw_mpi": ratio})}
+    raw = {"label": allreduce.RAW_MPI.label, "kind": "mpi4py",
+           "rows": [row(4 * kib, 3e-6), row(mib, 1e-3), row(16 * mib, 1e-2), row(64 * mib, 5e-2)]}
+    hvd = {"label": allreduce.HOROVOD_MPI.label, "kind": "horovod",
+           "rows": [row(4 * kib, 9e-6, 0.3), row(mib, 1e-3, 0.95), row(16 * mib, 1e-2, 0.91),
+                    row(64 * mib, 9e-2, 0.5)]}
+    t = allreduce._target([raw, hvd])
+    # 64 MiB is outside the window: its 0.5 does not count; the 4 KiB floor is 3x exactly.
+    assert t["horovod_mpi_of_raw_mpi_min_in_window"] == pytest.approx(0.91)
+    assert t["bandwidth_met"] and t["floor_met"]
+    assert t["floor_time_over_raw_mpi"] == pytest.approx(3.0)
+    # Control: a slower floor and a 16 MiB dip miss both.
+    hvd["rows"][0]["seconds"]["median"] = 1e-5
+    hvd["rows"][2]["of_raw_mpi"] = 0.89
+    t = allreduce._target([raw, hvd])
+    assert not t["bandwidth_met"] and not t["floor_met"] and t["worst_bytes"] == 16 * mib
+    assert "misses >= 0.9" in allreduce.target_lines(t)[0]
+    assert "misses <= 3" in allreduce.target_lines(t)[1]
+
+
 def test_the_tax_rounds_interleave_both_stacks():
     assert tax.round_order(0, ["this", "other"]) == [
         ("this", "plain"), ("this", "hvdtrain"), ("other", "plain"), ("other", "hvdtrain")]
@@ -247,7 +288,7 @@ def check_tax(taxed: dict) -> None:
 
 def check_peers(compared: dict, markdown: str) -> None:
     rows = {r["system"]: r for r in compared["results"]}
-    assert set(rows) == {"single", "hvdtrain", "mwms", "ps"}
+    assert set(rows) == set(peers.SYSTEMS)
     # tf.distribute's multi-worker fit cannot run on Keras 3: marked so, with the reason, in
     # the result and its table; everything else ran.
     not_run = {"mwms", "ps"} if keras_major() >= 3 else set()
@@ -258,6 +299,11 @@ def check_peers(compared: dict, markdown: str) -> None:
             continue
         assert "unavailable" not in r, r
         assert r["samples_per_sec"]["median"] > 0 and r["final_eval_accuracy"] > 0.5, r
+        assert len(r["rounds"]) == compared["rounds"], r
+    gloo = compared["gloo_over_mpi"]
+    assert gloo["per_round"] == pytest.approx([
+        g["samples_per_sec"] / m["samples_per_sec"]
+        for g, m in zip(rows["hvdtrain-gloo"]["rounds"], rows["hvdtrain"]["rounds"])])
 
 
 SLOW_RANK_DELAY_S = 0.2
