@@ -219,6 +219,15 @@ def test_peers_run_what_this_stack_cannot_in_the_other_venv(monkeypatch):
     assert peers.per_round_ratio(runs, "hvdtrain", "mwms") is None
 
 
+def test_a_slow_allreduce_is_timed_over_fewer_calls():
+    # Control: a fast all-reduce keeps the size's cap (200 calls of 4 KiB, 3 of 64 MiB).
+    assert allreduce.batch_ops(6e-6, allreduce.ops_per_batch(4 * allreduce.KIB)) == 200
+    assert allreduce.batch_ops(0.05, allreduce.ops_per_batch(64 * allreduce.MIB)) == 3
+    # Gloo with fusion off, 30 ms a call: half a second's worth, not 200 calls (6 s).
+    assert allreduce.batch_ops(0.03, 200) == 17
+    assert allreduce.batch_ops(2.0, 200) == 3
+
+
 def test_the_allreduce_targets_count_1_to_16_mib_and_the_4_kib_floor():
     mib, kib = allreduce.MIB, allreduce.KIB
     row = lambda nbytes, seconds, ratio=None: {"bytes": nbytes, "seconds": {"median": seconds},

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -74,20 +75,38 @@ def bandwidths(nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:
 
 
 def ops_per_batch(nbytes: int) -> int:
-    """Back-to-back all-reduces per timed batch: enough that small messages are not lost in
-    the clock's resolution, at least 3, at most 200."""
+    """Back-to-back all-reduces per timed batch, at most: enough that small messages are not
+    lost in the clock's resolution, at least 3, at most 200."""
     return max(3, min(200, MOVED_PER_BATCH // nbytes))
+
+
+# A timed batch need not last longer than this: a slow path (Gloo with fusion off, 30 ms per
+# all-reduce) timed over 200 calls spent minutes of bench all's budget on what 0.5 s shows.
+MIN_BATCH_S = 0.5
+
+
+def batch_ops(seconds_per_op: float, most: int) -> int:
+    """Calls per timed batch for an all-reduce that took ``seconds_per_op`` untimed: enough for
+    MIN_BATCH_S, at least 3, at most ``most`` (ops_per_batch)."""
+    if seconds_per_op <= 0:
+        return most
+    return max(3, min(most, math.ceil(MIN_BATCH_S / seconds_per_op)))
 
 
 # ---------------------------------------------------------------------------------------------
 # Rank side
 
-def _time_batches(step: Callable[[], Any], ops: int, repeats: int,
+def _time_batches(step: Callable[[], Any], most: int, repeats: int,
                   slowest: Callable[[float], float], barrier: Callable[[], Any]) -> list[float]:
-    """Seconds per all-reduce for each of ``repeats`` batches of ``ops`` calls of ``step``,
-    after two untimed calls; each batch counts at the slowest rank."""
+    """Seconds per all-reduce for each of ``repeats`` batches of calls of ``step`` (batch_ops:
+    at most ``most``, fewer for a slow one, from the second untimed call at the slowest rank,
+    so that every rank makes as many), after two untimed calls; each batch counts at the
+    slowest rank."""
     step()
+    barrier()
+    start = time.perf_counter()
     step()
+    ops = batch_ops(slowest(time.perf_counter() - start), most)
     per_op = []
     for _ in range(repeats):
         barrier()

@@ -218,7 +218,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list of mobilenetv2, resnet_small, mlp (default: "
                              "mobilenetv2,resnet_small; --quick: mlp)")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds per model (default 4; --quick: 2)")
+                        help="interleaved rounds per model (default 3; --quick: 2)")
     parser.add_argument("--venv", type=Path, default=None,
                         help="measure the stack of this virtualenv (e.g. .venv-keras2) instead "
                              "of this one")
@@ -247,7 +247,7 @@ def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench tax``; UserError when --venv or --other-venv has no Python or a model
     is unknown."""
     python = venv_python(args.venv, "--venv") or sys.executable
-    rounds = args.rounds or (2 if args.quick else 4)
+    rounds = args.rounds or (2 if args.quick else 3)
     run(Path(args.out), models=scaling.model_names(args.models, args.quick), rounds=rounds,
         quick=args.quick, python=python,
         other_python=venv_python(args.other_venv, "--other-venv"))

@@ -26,7 +26,7 @@ from hvdtrain.bench import common, scaling
 
 MODEL = scaling.Workload("mobilenetv2-224", "synthetic-mobilenetv2", 16, (224, 224, 3), 1000)
 WORLD_SIZES = (1, 2)
-FULL = scaling.Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=4, steps_per_repeat=4)
+FULL = scaling.Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=3, steps_per_repeat=4)
 QUICK = scaling.Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=2, steps_per_repeat=2)
 ROUNDS, QUICK_ROUNDS = 3, 1
 # issue 28, item 3: hvdtrain / Horovod's script at each world size.
