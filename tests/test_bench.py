@@ -251,6 +251,28 @@ def test_the_allreduce_targets_count_1_to_16_mib_and_the_4_kib_floor():
     assert "misses <= 3" in allreduce.target_lines(t)[1]
 
 
+def test_the_tables_print_the_verdicts():
+    machine = {"cpu": "cpu", "cores": 2, "memory_gib": 1, "os": "os", "python": "3",
+               "versions": {"tensorflow-cpu": "2.20.0", "keras": "3.15.1"},
+               "load_average_1min_at_start": 0.1, "date_utc": "today"}
+    rounds = [{"plain": 100.0, "hvdtrain": 97.9}, {"plain": 100.0, "hvdtrain": 98.2},
+              {"plain": 90.0, "hvdtrain": 88.0}]
+    taxed = {"machine": machine, "plan": {"rounds": 3}, "target": tax.TARGET,
+             "results": [{"model": "m", "stack": "keras3", "stack_line": "tf 2.20",
+                          "batch_size": 16, "rounds": rounds,
+                          "load_average_before_each_round": [1, 2, 3],
+                          "hvdtrain_over_plain": tax.ratio_summary(rounds)}],
+             "stack_comparisons": []}
+    assert "| 0.9790 (spread 0.4%): misses >= 0.98 |" in tax.markdown(taxed)
+    assert "TensorFlow 2.20.0, Keras 3.15.1" in tax.markdown(taxed)
+    measured = {1: [{"horovod": 10.0, "hvdtrain": 9.9, "ratio": 0.99}],
+                2: [{"horovod": 15.0, "hvdtrain": 24.0, "ratio": 1.6}]}
+    rows = versus_horovod.summarize_rounds(measured)
+    assert common.ratio_cell(rows[0]["ratio"], rows[0]["target"]).endswith("misses >= 1")
+    assert common.ratio_cell(rows[1]["ratio"], rows[1]["target"]).endswith("meets >= 1.5")
+    assert rows[1]["hvdtrain_efficiency"]["median"] == pytest.approx(24.0 / (2 * 9.9))
+
+
 def test_the_tax_rounds_interleave_both_stacks():
     assert tax.round_order(0, ["this", "other"]) == [
         ("this", "plain"), ("this", "hvdtrain"), ("other", "plain"), ("other", "hvdtrain")]
