@@ -293,6 +293,9 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     for name in ("scaling", "tax", "allreduce", "peers", "project", "input"):
         for suffix in (".json", ".md", ".png"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
+    timed = json.loads((out / "all.json").read_text())
+    assert [t["benchmark"] for t in timed["timings"]][:2] == ["scaling", "tax"], timed
+    assert all(t["seconds"] > 0 for t in timed["timings"]) and timed["quick"], timed
     scaled = json.loads((out / "scaling.json").read_text())
     reduced = json.loads((out / "allreduce.json").read_text())
     check_scaling(scaled)
