@@ -129,6 +129,22 @@ def test_readme_block_is_replaced_and_a_missing_block_is_refused(tmp_path):
         suite.replace_block(tmp_path / "plain.md", pattern_block)
 
 
+def test_the_results_block_comes_from_the_result_files_alone(tmp_path):
+    out = tmp_path / "results"
+    out.mkdir()
+    machine = {"cpu": "cpu", "cores": 2, "memory_gib": 1, "os": "os", "python": "3",
+               "versions": {"tensorflow-cpu": "2.20.0", "keras": "3.15.1"},
+               "load_average_1min_at_start": 0.123, "date_utc": "today"}
+    (out / "tax.json").write_text(json.dumps({"machine": machine}))
+    (out / "tax.md").write_text("| the tax table |\n")
+    (out / "all.md").write_text("bench all took 1.0 min.\n")
+    block = suite.results_block(out, tmp_path / "README.md", "make bench")
+    assert "bench all took 1.0 min." in block and "| the tax table |" in block
+    assert "TensorFlow 2.20.0, Keras 3.15.1" in block and "load 0.12 at start" in block
+    assert "Not run (no `scaling.md`" in block   # control: a missing result says so
+    assert "![tax](results/tax.png)" not in block   # no plot written, none linked
+
+
 def test_an_efficiency_above_the_ceiling_is_flagged_as_noise():
     rows = [{"model": "m", "ranks": 1, "total_samples_per_sec": {"median": 100.0}},
             {"model": "m", "ranks": 2, "total_samples_per_sec": {"median": 200.0}},

@@ -237,7 +237,12 @@ def machine_line(info: Mapping[str, Any]) -> str:
     return (f"{info['cpu']}, {info['cores']} cores, {info.get('memory_gib')} GiB; "
             f"{info['os']}; Python {info['python']}, {stack_line(v)}, "
             f"{v.get('mpi', 'no MPI')}; "
-            f"load {info.get('load_average_1min_at_start')} at start; {info['date_utc']}")
+            f"load {_load(info.get('load_average_1min_at_start'))} at start; "
+            f"{info['date_utc']}")
+
+
+def _load(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else str(value)
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

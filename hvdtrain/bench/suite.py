@@ -71,7 +71,8 @@ def run_all(args: argparse.Namespace) -> None:
     common.write_outputs(Path(args.out), "all", {
         "benchmark": "all", "command": args.command_line or "hvdtrain bench all",
         "quick": bool(getattr(args, "quick", False)), "seconds": total, "timings": timings,
-        "budget_seconds": BUDGET_S}, timings_markdown(timings, total))
+        "budget_seconds": BUDGET_S},
+        timings_markdown(timings, total, bool(getattr(args, "quick", False))))
     if args.readme:
         update_readme(args.readme, Path(args.out), args.command_line or "hvdtrain bench all")
 
@@ -80,8 +81,10 @@ def run_all(args: argparse.Namespace) -> None:
 BUDGET_S = 30 * 60
 
 
-def timings_markdown(timings: list[dict[str, Any]], total: float) -> str:
+def timings_markdown(timings: list[dict[str, Any]], total: float, quick: bool = False) -> str:
     cells = ", ".join(f"{t['benchmark']} {t['seconds'] / 60:.1f}" for t in timings)
+    if quick:
+        return f"bench all --quick took {total / 60:.1f} min ({cells}; minutes)."
     return (f"bench all took {total / 60:.1f} min ({cells}; minutes): "
             f"{'within' if total <= BUDGET_S else 'over'} the {BUDGET_S // 60}-minute budget.")
 
@@ -97,8 +100,8 @@ def results_block(out: Path, readme: Path, command: str) -> str:
     stack), or a line saying it wrote none."""
     rel = out.resolve().relative_to(readme.resolve().parent) \
         if out.resolve().is_relative_to(readme.resolve().parent) else out.resolve()
-    parts = [BEGIN, f"Measured with `{command}`; each table names the machine, stack and load "
-                    f"it was measured with (and the JSON beside it, every round).", ""]
+    parts = [BEGIN, f"Measured with `{command}`; under each title, the machine, stack and load "
+                    f"its benchmark started with (its JSON holds every round).", ""]
     if (out / "all.md").exists():
         parts += [(out / "all.md").read_text().strip(), ""]
     for bench in registry.in_all():
@@ -107,11 +110,21 @@ def results_block(out: Path, readme: Path, command: str) -> str:
         if not (out / f"{name}.md").exists():
             parts += [f"Not run (no `{name}.md` in `{rel}`).", ""]
             continue
-        parts += [(out / f"{name}.md").read_text().rstrip(), ""]
+        parts += [f"On: {measured_on(out / f'{name}.json')}.", "",
+                  (out / f"{name}.md").read_text().rstrip(), ""]
         if (out / f"{name}.png").exists():
             parts += [f"![{name}]({rel / (name + '.png')})", ""]
     parts.append(END)
     return "\n".join(parts)
+
+
+def measured_on(path: Path) -> str:
+    """The machine line of a result file (``common.machine_line``), or why there is none."""
+    import json
+    try:
+        return common.machine_line(json.loads(path.read_text())["machine"])
+    except (OSError, ValueError, KeyError):
+        return f"no machine recorded ({path.name} missing or without one)"
 
 
 def replace_block(readme: Path, block: str) -> None:
