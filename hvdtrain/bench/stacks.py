@@ -76,7 +76,7 @@ def run_model(workload: scaling.Workload, pythons: dict[str, str], plan: scaling
 
 
 def run(out_dir: Path, *, other_python: str, models: Sequence[str] = ("mlp",),
-        rounds: int = 5, quick: bool = False, steps: int | None = None) -> dict[str, Any]:
+        rounds: int = 3, quick: bool = False, steps: int | None = None) -> dict[str, Any]:
     """Every model of ``models`` in turn, written to stacks.json/.md/.png. ``steps``: timed
     steps per repeat (default: bench scaling's); a small model's steps take a millisecond or
     two, too short to time in a few."""

@@ -109,7 +109,7 @@ def round_order(round_index: int, stacks: Sequence[str]) -> list[tuple[str, str]
     return order if round_index % 2 == 0 else order[::-1]
 
 
-def run(out_dir: Path, *, models: Sequence[str], rounds: int = 4, quick: bool = False,
+def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
         python: str = sys.executable, other_python: str | None = None) -> dict[str, Any]:
     """``rounds`` interleaved rounds per model on the stack of ``python`` (and of
     ``other_python``, measured in the same rounds: both stacks' tax, and each stack's plain fit
