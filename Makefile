@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launching.py, hvdtrain/launchers.py), not here.
 
-.PHONY: install demo lint test test-core test-fast unit bench bench-quick compat clean
+.PHONY: install demo lint test test-core test-fast unit bench bench-check bench-quick compat clean
 
 install:
 	@$(call SETUP,$(STACK),$(VENV))
@@ -61,12 +61,25 @@ test-fast:
 unit: install
 	$(PY) -m pytest -m "not multirank"
 
-# The scaling benchmarks (about 15 minutes on 2 cores): figures, tables and plots into
-# benchmarks/results, and the results section of benchmarks/README.md rewritten.
-# HOROVOD_SYNTHETIC=path/to/tensorflow2_synthetic_benchmark.py adds Horovod's own benchmark.
-bench: install
+# Every benchmark on an idle machine, both stacks (about 27 minutes on 2 cores: benchmarks/
+# README.md, "make bench's budget"): figures, tables and plots into benchmarks/results, each
+# benchmark's time into all.json, and the results section of benchmarks/README.md rewritten
+# from those files. $(OTHER_VENV) is the other stack (tax, stacks, and peers' MWMS and PS on
+# Keras 3); Horovod's own tensorflow2_synthetic_benchmark.py (HOROVOD_SYNTHETIC=path, from
+# Horovod's repository, tag v0.28.1) runs with $(HOROVOD_VENV)'s Python, as it cannot run on
+# Keras 3. BENCH_ARGS adds options (e.g. --rounds 2).
+HOROVOD_VENV ?= $(if $(filter keras3,$(STACK)),.venv-keras2,$(VENV))
+bench: bench-check install
+	@$(call SETUP,$(OTHER_STACK),$(OTHER_VENV))
+	@$(if $(filter $(HOROVOD_VENV),$(OTHER_VENV) $(VENV)),,$(call SETUP,keras2,$(HOROVOD_VENV)))
 	$(VENV)/bin/hvdtrain bench all --out benchmarks/results --readme benchmarks/README.md \
-		$(if $(HOROVOD_SYNTHETIC),--horovod-synthetic $(HOROVOD_SYNTHETIC))
+		--other-venv $(OTHER_VENV) --horovod-venv $(HOROVOD_VENV) \
+		--horovod-synthetic $(HOROVOD_SYNTHETIC) $(BENCH_ARGS)
+
+bench-check:
+	@test -n "$(HOROVOD_SYNTHETIC)" && test -f "$(HOROVOD_SYNTHETIC)" || { echo "make bench:" \
+	"set HOROVOD_SYNTHETIC to Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark.py" \
+	"(github.com/horovod/horovod, tag v0.28.1)" >&2; exit 2; }
 
 # A smoke test of every benchmark (a few minutes), into benchmarks/quick.
 bench-quick: install

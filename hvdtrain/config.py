@@ -201,7 +201,8 @@ class HorovodConfig:
                                        "0 turns fusion off; -1: Horovod's default (128) or the "
                                        "launcher's setting", default=-1.0)
     cycle_time_ms: float = _help("ms between Horovod's background cycles (HOROVOD_CYCLE_TIME); "
-                                 "-1: the launcher's setting, else hvdtrain's 0.2",
+                                 "-1: the launcher's setting, else hvdtrain's 0.2 (5 for a "
+                                 "process alone: world size 1, not elastic)",
                                  default=-1.0)
     autotune: bool = _help("let Horovod tune fusion threshold and cycle time while training "
                            "(HOROVOD_AUTOTUNE)", default=False)

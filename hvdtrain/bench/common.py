@@ -6,6 +6,7 @@ in processes of its own.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import platform
@@ -14,7 +15,6 @@ import socket
 import statistics
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -36,6 +36,44 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
     median = statistics.median(values)
     return {"median": median, "min": min(values), "max": max(values), "n": len(values),
             "spread": (max(values) - min(values)) / median if median else 0.0}
+
+
+# A ratio whose rounds spread wider than this is noise: the figure does not count.
+SPREAD_LIMIT = 0.10
+
+
+def ratio_summary(per_round: Sequence[float], limit: float = SPREAD_LIMIT) -> dict[str, Any]:
+    """A ratio measured once per interleaved round: its median, spread, the rounds, and whether
+    the spread makes it noise."""
+    summary = summarize(per_round)
+    return {**summary, "per_round": list(per_round), "noise": summary["spread"] > limit}
+
+
+def ratio_text(ratio: Mapping[str, Any]) -> str:
+    """'0.9796 (spread 9.8%)': four decimals, so that a ratio just under a target such as 0.98
+    does not print as the target, and the spread to a tenth of a percent."""
+    return f"{ratio['median']:.4f} (spread {ratio['spread']:.1%})"
+
+
+def verdict(value: float, target: float, *, at_least: bool = True,
+            noise: bool = False) -> str:
+    """'meets >= 0.98', 'misses >= 0.98', or 'noise: does not count' when the figure's spread
+    is past SPREAD_LIMIT (whatever its median)."""
+    if noise:
+        return "noise: does not count"
+    met = value >= target if at_least else value <= target
+    return f"{'meets' if met else 'misses'} {'>=' if at_least else '<='} {target:g}"
+
+
+def ratio_cell(ratio: Mapping[str, Any], target: float | None = None, *,
+               at_least: bool = True) -> str:
+    """A table cell for a ``ratio_summary``: the figure, its spread, and the verdict against
+    ``target`` (or 'noise' alone where there is no target)."""
+    text = ratio_text(ratio)
+    if target is not None:
+        met = verdict(ratio["median"], target, at_least=at_least, noise=ratio["noise"])
+        return f"{text}: {met}"
+    return text + (" noise" if ratio["noise"] else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,8 +167,9 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def machine() -> dict[str, Any]:
-    """What the figures were measured on: CPU, cores, memory, and the stack's versions."""
+def machine(python: str = sys.executable) -> dict[str, Any]:
+    """What the figures were measured on: CPU, cores, memory, and the versions of the stack
+    measured (the virtualenv of ``python``, which need not be this driver's)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -145,12 +184,7 @@ def machine() -> dict[str, Any]:
         memory_gib = round(pages / 2 ** 30, 1)
     except (ValueError, OSError):
         pass
-    versions = {}
-    for package in ("tensorflow-cpu", "tensorflow", "horovod", "mpi4py", "numpy"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
+    versions = dict(stack_versions(python))
     mpirun = shutil.which("mpirun")
     if mpirun:
         try:
@@ -171,15 +205,48 @@ def machine() -> dict[str, Any]:
                 "%Y-%m-%d %H:%M UTC")}
 
 
+STACK_PACKAGES = ("tensorflow-cpu", "tensorflow", "keras", "tf-keras", "horovod", "mpi4py",
+                  "numpy")
+
+
+@functools.lru_cache(maxsize=None)
+def stack_versions(python: str = sys.executable) -> dict[str, str]:
+    """The versions of STACK_PACKAGES installed in the virtualenv of ``python``, read from its
+    package metadata by that interpreter (nothing imported), with the interpreter's path."""
+    script = ("import json, sys\nfrom importlib import metadata\nv = {}\n"
+              f"for p in {STACK_PACKAGES!r}:\n"
+              "    try:\n        v[p] = metadata.version(p)\n"
+              "    except metadata.PackageNotFoundError:\n        pass\n"
+              "print(json.dumps(v))")
+    try:
+        found = subprocess.run([python, "-c", script], capture_output=True, text=True,
+                               timeout=60, check=True).stdout
+        versions = json.loads(found.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        raise BenchError(f"could not read the package versions of {python}: {e}") from None
+    return {**versions, "python_executable": python}
+
+
+def stack_line(versions: Mapping[str, str]) -> str:
+    """'TensorFlow 2.20.0, Keras 3.15.1, Horovod 0.28.1' from ``stack_versions``."""
+    tf = versions.get("tensorflow-cpu") or versions.get("tensorflow", "?")
+    keras = versions.get("keras", "?")
+    return f"TensorFlow {tf}, Keras {keras}, Horovod {versions.get('horovod', 'none')}"
+
+
 def machine_line(info: Mapping[str, Any]) -> str:
     """One line about the machine a result came from (CPU, cores, memory, OS, versions, load,
     date), from ``info`` as machine() gathers it."""
     v = info.get("versions", {})
-    tf = v.get("tensorflow-cpu") or v.get("tensorflow", "?")
     return (f"{info['cpu']}, {info['cores']} cores, {info.get('memory_gib')} GiB; "
-            f"{info['os']}; Python {info['python']}, TensorFlow {tf}, "
-            f"Horovod {v.get('horovod', '?')}, {v.get('mpi', 'no MPI')}; "
-            f"load {info.get('load_average_1min_at_start')} at start; {info['date_utc']}")
+            f"{info['os']}; Python {info['python']}, {stack_line(v)}, "
+            f"{v.get('mpi', 'no MPI')}; "
+            f"load {_load(info.get('load_average_1min_at_start'))} at start; "
+            f"{info['date_utc']}")
+
+
+def _load(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else str(value)
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -6,6 +6,8 @@ per-replica batch (32), optimizer (SGD, momentum 0.9) and seed, under:
 - ``single``: hvdtrain in one process alone (lr 0.05);
 - ``hvdtrain``: 2 ranks, Horovod ring all-reduce (``mpirun -np 2``, hvdtrain's defaults): global
   batch 64, lr 0.05 per rank scaled to 0.1 over a one-epoch warmup;
+- ``hvdtrain-gloo``: the same job as ``make demo`` and ``run_scripts/local.sh`` launch it
+  (``horovodrun --gloo``, ranks unbound, as the demo runs): Gloo against MPI on the demo job;
 - ``mwms``: tf.distribute ``MultiWorkerMirroredStrategy``, 2 worker processes with TF_CONFIG on
   localhost ports (synchronous, all-reduce over gRPC): global batch 64, the same lr schedule;
 - ``ps``: tf.distribute ``ParameterServerStrategy``, one coordinator, one parameter server and
@@ -25,18 +27,21 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain import launchers, placement
 from hvdtrain.bench import common, registry
 
-SYSTEMS = ("single", "hvdtrain", "mwms", "ps")
+SYSTEMS = ("single", "hvdtrain", "hvdtrain-gloo", "mwms", "ps")
+LAUNCH = {"single": ("single", 1), "hvdtrain": ("mpi", 2), "hvdtrain-gloo": ("gloo", 2)}
+ROUNDS, QUICK_ROUNDS = 3, 1
+GLOO_TARGET = 0.95   # issue 28, item 4: the Gloo path >= 0.95x the MPI path on the demo job
 # tf.distribute's multi-worker strategies train with Keras 2's fit only. On Keras 3 (TensorFlow
 # 2.16 and later) fit under MultiWorkerMirroredStrategy stops converting its PerReplica inputs
 # (measured with TF 2.18/Keras 3.15; keras-team/keras#20585, open), and Keras 3 has neither
@@ -249,18 +254,20 @@ def rank_ps_coordinator(options: dict[str, Any]) -> None:
 
 
 def rank_main(options: dict[str, Any]) -> None:
-    {"single": rank_hvdtrain, "hvdtrain": rank_hvdtrain, "mwms": rank_mwms,
+    {"single": rank_hvdtrain, "hvdtrain": rank_hvdtrain, "hvdtrain-gloo": rank_hvdtrain,
+     "mwms": rank_mwms,
      "ps-server": rank_ps_server, "ps": rank_ps_coordinator}[options["system"]](options)
 
 
 # ---------------------------------------------------------------------------------------------
 # Driver
 
-def _spawn(options: dict[str, Any], log: Path) -> subprocess.Popen:
+def _spawn(options: dict[str, Any], log: Path, python: str = sys.executable
+           ) -> subprocess.Popen:
     """A process of a tf.distribute cluster, its output to ``log`` (a pipe nobody reads could
     fill up and stall it)."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(common.rank_argv("hvdtrain.bench.peers", options),
+        proc = subprocess.Popen(common.rank_argv("hvdtrain.bench.peers", options, python),
                                 env=launchers.launch_env(), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
     proc.log = log  # type: ignore[attr-defined]
@@ -294,20 +301,24 @@ def _stop(procs: Sequence[subprocess.Popen]) -> None:
 JOB_TIMEOUT_S = 600
 
 
-def launch(system: str, epochs: int, work_dir: Path) -> dict[str, Any]:
+def launch(system: str, epochs: int, work_dir: Path,
+           python: str = sys.executable) -> dict[str, Any]:
+    """One run of ``system`` on the stack of ``python``."""
+    work_dir = work_dir / f"{system}-{time.monotonic_ns()}"
+    work_dir.mkdir(parents=True)
     out = work_dir / f"{system}.json"
     base = {"system": system, "epochs": epochs, "out": str(out)}
     started = time.perf_counter()
-    if system in ("single", "hvdtrain"):
+    if system in LAUNCH:
         options = {**base, "run_dir": str(work_dir / f"run-{system}")}
-        launcher, ranks = ("single", 1) if system == "single" else ("mpi", WORKERS)
+        launcher, ranks = LAUNCH[system]
         output = common.run_job(common.launch_command(
-            launcher, ranks, common.rank_argv("hvdtrain.bench.peers", options)),
+            launcher, ranks, common.rank_argv("hvdtrain.bench.peers", options, python)),
             timeout=JOB_TIMEOUT_S, what=f"peers: {system}")
     elif system == "mwms":
         workers = [f"localhost:{p}" for p in common.free_ports(WORKERS)]
         output = _wait_all([_spawn({**base, "workers": workers, "index": i},
-                                   work_dir / f"mwms-{i}.log") for i in range(WORKERS)],
+                                   work_dir / f"mwms-{i}.log", python) for i in range(WORKERS)],
                            "peers: mwms", JOB_TIMEOUT_S)
     else:
         ports = common.free_ports(WORKERS + 2)
@@ -315,100 +326,216 @@ def launch(system: str, epochs: int, work_dir: Path) -> dict[str, Any]:
                    "worker": [f"localhost:{p}" for p in ports[2:]]}
         roles = [("ps", 0)] + [("worker", i) for i in range(WORKERS)]
         servers = [_spawn({**base, "system": "ps-server", "cluster": cluster, "kind": kind,
-                           "index": i}, work_dir / f"ps-{kind}{i}.log") for kind, i in roles]
+                           "index": i}, work_dir / f"ps-{kind}{i}.log", python)
+                   for kind, i in roles]
         try:
-            output = _wait_all([_spawn({**base, "cluster": cluster}, work_dir / "ps-chief.log")],
-                               "peers: ps", JOB_TIMEOUT_S)
+            output = _wait_all([_spawn({**base, "cluster": cluster}, work_dir / "ps-chief.log",
+                                       python)], "peers: ps", JOB_TIMEOUT_S)
         finally:
             _stop(servers)
     wall = time.perf_counter() - started
     raw = common.read_json_output(out, f"peers: {system}", output)
     rates = epoch_rates(raw["epoch_ends"], raw["samples_per_epoch"])
-    return {"system": system, "workers": 1 if system == "single" else WORKERS,
-            "samples_per_sec": common.summarize(rates) if rates else None,
+    return {"samples_per_sec": common.summarize(rates)["median"] if rates else None,
             "seconds_to_95": time_to_accuracy(raw["epoch_ends"], raw["accuracies"]),
             "final_eval_accuracy": raw["accuracies"][-1], "epochs": len(raw["epoch_ends"]),
             "samples_per_epoch": raw["samples_per_epoch"], "wall_seconds_with_startup": wall,
             "raw": raw}
 
 
-def unavailable(system: str) -> str | None:
-    """Why ``system`` cannot run with the Keras installed here, or None. (Read from the package
+def unavailable(system: str, python: str = sys.executable) -> str | None:
+    """Why ``system`` cannot run on the stack of ``python``, or None. (Read from its package
     metadata: the driver loads no TensorFlow.)"""
-    if metadata.version("keras").startswith("3."):
+    if common.stack_versions(python).get("keras", "").startswith("3."):
         return UNAVAILABLE_ON_KERAS3.get(system)
     return None
 
 
-def run(out_dir: Path, *, quick: bool = False) -> dict[str, Any]:
+def plan_systems(python: str, other_python: str | None) -> dict[str, dict[str, Any]]:
+    """Per system: the interpreter that runs it (another venv's where this stack cannot and
+    that one can), or why it is not run."""
+    plan: dict[str, dict[str, Any]] = {}
+    for system in SYSTEMS:
+        reason = unavailable(system, python)
+        if reason is None:
+            plan[system] = {"python": python}
+        elif other_python and unavailable(system, other_python) is None:
+            plan[system] = {"python": other_python, "other_stack_because": reason}
+        else:
+            plan[system] = {"unavailable": reason}
+    return plan
+
+
+def middle(values: Sequence[float | None]) -> float | None:
+    """The median of the rounds that reached a figure (None: none did)."""
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if found else None
+
+
+def summarize_system(system: str, runs: list[dict[str, Any]], how: dict[str, Any]
+                     ) -> dict[str, Any]:
+    """One system over its rounds: medians and spreads of samples/s and of the seconds to 95%,
+    how many rounds reached 95%."""
+    rates = [r["samples_per_sec"] for r in runs if r["samples_per_sec"] is not None]
+    reached = [r["seconds_to_95"] for r in runs if r["seconds_to_95"] is not None]
+    return {"system": system, "workers": LAUNCH.get(system, ("", WORKERS))[1],
+            "stack": common.stack_line(common.stack_versions(how["python"])),
+            **({"other_stack_because": how["other_stack_because"]}
+               if "other_stack_because" in how else {}),
+            "samples_per_sec": common.summarize(rates) if rates else None,
+            "seconds_to_95": common.summarize(reached) if reached else None,
+            "rounds_reaching_95": len(reached),
+            "final_eval_accuracy": middle([r["final_eval_accuracy"] for r in runs]),
+            "wall_seconds_with_startup": middle([r["wall_seconds_with_startup"] for r in runs]),
+            "rounds": runs}
+
+
+def per_round_ratio(runs: dict[str, list[dict[str, Any]]], top: str, bottom: str,
+                    key: str = "samples_per_sec") -> dict[str, Any] | None:
+    """``top`` / ``bottom`` of ``key`` per round (both measured in it), summarized."""
+    pairs = [(a[key], b[key]) for a, b in zip(runs.get(top, []), runs.get(bottom, []))
+             if a[key] and b[key]]
+    return common.ratio_summary([a / b for a, b in pairs]) if pairs else None
+
+
+def run(out_dir: Path, *, quick: bool = False, rounds: int | None = None,
+        other_python: str | None = None) -> dict[str, Any]:
     machine = common.machine()   # before the work: its load is the machine's own
     epochs = QUICK_EPOCHS if quick else FULL_EPOCHS
-    rows: list[dict[str, Any]] = []
+    rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
+    plan = plan_systems(sys.executable, other_python)
+    ran = [s for s in SYSTEMS if "unavailable" not in plan[s]]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in ran}
+    loads = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        for system in SYSTEMS:
-            reason = unavailable(system)
-            if reason:
-                common.say(f"peers: {system}: not run, {reason}")
-                rows.append({"system": system, "workers": WORKERS, "unavailable": reason})
-                continue
-            common.say(f"peers: {system}, {epochs} epochs of digits...")
-            rows.append(launch(system, epochs, Path(tmp)))
-            r = rows[-1]
-            rate = r["samples_per_sec"]["median"] if r["samples_per_sec"] else float("nan")
-            common.say(f"  {rate:,.0f} samples/s, eval accuracy {r['final_eval_accuracy']:.3f}"
-                       f", to 95%: {r['seconds_to_95']}")
-    ran = [r for r in rows if "unavailable" not in r]
-    by = {r["system"]: r for r in ran}
-    if "hvdtrain" in by:
-        ours = by["hvdtrain"]["samples_per_sec"]["median"]
-        for r in ran:
-            r["hvdtrain_speedup"] = ours / r["samples_per_sec"]["median"]
-    result = {"benchmark": "peers", "machine": machine, "epochs": epochs,
-              "batch_per_replica": BATCH, "target_accuracy": TARGET_ACCURACY, "results": rows}
+        for i in range(rounds):
+            loads.append(common.load_average())
+            for system in ran if i % 2 == 0 else ran[::-1]:
+                where = " (other stack)" if "other_stack_because" in plan[system] else ""
+                common.say(f"peers: round {i + 1}/{rounds}, {system}, {epochs} epochs of "
+                           f"digits{where}...")
+                r = launch(system, epochs, Path(tmp), plan[system]["python"])
+                runs[system].append(r)
+                common.say(f"  {r['samples_per_sec'] or float('nan'):,.0f} samples/s, eval "
+                           f"accuracy {r['final_eval_accuracy']:.3f}, to 95%: "
+                           f"{r['seconds_to_95']}")
+    rows = []
+    for system in SYSTEMS:
+        if system not in runs:
+            common.say(f"peers: {system}: not run, {plan[system]['unavailable']}")
+            rows.append({"system": system, "workers": WORKERS,
+                         "unavailable": plan[system]["unavailable"]})
+            continue
+        row = summarize_system(system, runs[system], plan[system])
+        row["hvdtrain_speedup"] = per_round_ratio(runs, "hvdtrain", system)
+        rows.append(row)
+    result = {"benchmark": "peers", "machine": machine, "epochs": epochs, "rounds": rounds,
+              "batch_per_replica": BATCH, "target_accuracy": TARGET_ACCURACY,
+              "load_average_before_each_round": loads, "results": rows,
+              "gloo_over_mpi": per_round_ratio(runs, "hvdtrain-gloo", "hvdtrain"),
+              "gloo_target": GLOO_TARGET}
     common.write_outputs(out_dir, "peers", result, markdown(result))
     plot(out_dir, result)
     return result
 
 
+def _seconds_cell(r: dict[str, Any], rounds: int) -> str:
+    t = r["seconds_to_95"]
+    if t is None:
+        return "not reached"
+    reached = "" if r["rounds_reaching_95"] == rounds else \
+        f"; reached in {r['rounds_reaching_95']} of {rounds} rounds"
+    return f"{t['median']:.1f} (spread {t['spread']:.1%}{reached})"
+
+
+def time_verdicts(result: dict[str, Any]) -> list[str]:
+    """Item 5's targets: hvdtrain's seconds to 95% <= one process alone's and <= MWMS's
+    (medians over rounds)."""
+    by = {r["system"]: r for r in result["results"]}
+    ours = by.get("hvdtrain", {}).get("seconds_to_95")
+    lines = []
+    for other in ("single", "mwms"):
+        theirs = by.get(other, {}).get("seconds_to_95")
+        if "unavailable" in by.get(other, {"unavailable": "absent"}):
+            lines.append(f"hvdtrain against {other}: {other} not run")
+        elif ours is None or theirs is None:
+            lines.append(f"hvdtrain against {other}: "
+                         f"{'hvdtrain' if ours is None else other} did not reach 95%")
+        else:
+            met = "meets" if ours["median"] <= theirs["median"] else "misses"
+            lines.append(f"hvdtrain {ours['median']:.1f} s against {other} "
+                         f"{theirs['median']:.1f} s to 95% (medians over rounds): {met} "
+                         f"hvdtrain <= {other}")
+    return lines
+
+
 def markdown(result: dict[str, Any]) -> str:
     rows = []
+    rounds = result["rounds"]
     for r in result["results"]:
         if "unavailable" in r:
-            rows.append([r["system"], r["workers"], f"not run: {r['unavailable']}", "", "", "",
-                         ""])
+            rows.append([r["system"], r["workers"], "", f"not run: {r['unavailable']}", "", "",
+                         "", ""])
             continue
         s = r["samples_per_sec"]
-        rows.append([r["system"], r["workers"], f"{s['median']:,.0f} ({s['min']:,.0f}.."
-                     f"{s['max']:,.0f})", r.get("hvdtrain_speedup"),
-                     "not reached" if r["seconds_to_95"] is None else f"{r['seconds_to_95']:.1f}",
-                     r["final_eval_accuracy"], f"{r['wall_seconds_with_startup']:.0f}"])
-    return "\n".join([
+        stack = r["stack"] + (" (other venv: this stack cannot)" if "other_stack_because" in r
+                              else "")
+        speedup = r.get("hvdtrain_speedup")
+        rows.append([r["system"], r["workers"], stack,
+                     f"{s['median']:,.0f} (spread {s['spread']:.1%})" if s else "",
+                     common.ratio_cell(speedup) if speedup and r["system"] != "hvdtrain" else "",
+                     _seconds_cell(r, rounds), f"{r['final_eval_accuracy']:.3f}",
+                     f"{r['wall_seconds_with_startup']:.0f}"])
+    gloo = result.get("gloo_over_mpi")
+    lines = [
         f"digits, cnn, batch {result['batch_per_replica']} per replica, {result['epochs']} "
-        f"epochs, one core per worker; samples/s: median epoch after the first (min..max):", "",
-        common.markdown_table(["system", "workers", "samples/s", "hvdtrain / this",
-                               "s to 95% eval acc", "final eval acc", "wall s (with start-up)"],
-                              rows)])
+        f"epochs, one core per worker, {rounds} interleaved rounds (load before each: "
+        f"{', '.join(f'{x:.2f}' for x in result['load_average_before_each_round'])}); "
+        f"samples/s: median epoch after the first, then the median over rounds (spread = "
+        f"(max - min) / median); hvdtrain / this: per-round ratio of samples/s:", "",
+        common.markdown_table(["system", "workers", "stack", "samples/s", "hvdtrain / this",
+                               "s to 95% eval acc", "final eval acc",
+                               "wall s (with start-up)"], rows), ""]
+    lines += [f"- {line}" for line in time_verdicts(result)]
+    if gloo:
+        lines.append(f"- the demo job under Gloo (`horovodrun --gloo`, as `make demo` launches "
+                     f"it) over MPI (`mpirun`), samples/s per round: "
+                     f"{common.ratio_cell(gloo, result['gloo_target'])}")
+    return "\n".join(lines)
 
 
 def plot(out_dir: Path, result: dict[str, Any]) -> None:
-    series = {r["system"]: (r["raw"]["epoch_ends"], r["raw"]["accuracies"])
+    """Eval accuracy against time, each system's first round."""
+    series = {r["system"]: (r["rounds"][0]["raw"]["epoch_ends"],
+                            r["rounds"][0]["raw"]["accuracies"])
               for r in result["results"] if "unavailable" not in r}
-    common.plot_lines(out_dir / "peers.png", series, title="Eval accuracy against time (digits)",
+    common.plot_lines(out_dir / "peers.png", series,
+                      title="Eval accuracy against time (digits, first round)",
                       xlabel="seconds since training began", ylabel="eval accuracy",
                       reference=([0, max(max(xs) for xs, _ in series.values())],
                                  [TARGET_ACCURACY] * 2), reference_label="95%")
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """bench peers' options (bench all's too)."""
+    from hvdtrain.bench import tax
+    tax.add_other_venv(parser)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"interleaved rounds (default {ROUNDS}; --quick: {QUICK_ROUNDS})")
+
 
 def main(args: argparse.Namespace) -> None:
-    """``hvdtrain bench peers``."""
-    run(Path(args.out), quick=args.quick)
+    """``hvdtrain bench peers``: what this stack cannot run (MWMS and PS on Keras 3) runs in
+    --other-venv's, marked so in the table."""
+    from hvdtrain.bench import tax
+    run(Path(args.out), quick=args.quick, rounds=args.rounds,
+        other_python=tax.venv_python(args.other_venv, "--other-venv"))
 
 
 BENCHMARK = registry.Benchmark(
     name="peers", help="hvdtrain against MultiWorkerMirroredStrategy, ParameterServerStrategy "
                        "and one process, on digits",
-    main=main, title="hvdtrain against tf.distribute's strategies")
+    main=main, add_arguments=add_arguments, title="hvdtrain against tf.distribute's strategies")
 
 
 if __name__ == "__main__":

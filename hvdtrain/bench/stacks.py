@@ -19,12 +19,14 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from hvdtrain.bench import common, registry, scaling
 from hvdtrain.errors import UserError
 
-SPREAD_LIMIT = 0.10  # a ratio whose rounds spread wider than this is noise, not a result
+SPREAD_LIMIT = common.SPREAD_LIMIT
+TARGET = 0.98   # issue 28: this stack (Keras 3) >= 0.98x the other (Keras 2) in samples/s
+FIGURES = ("samples_per_sec_1", "samples_per_sec_2", "allreduce_ms_per_step")
 
 
 def step_ms(row: dict[str, Any]) -> float:
@@ -51,95 +53,110 @@ def measure_stack(python: str, workload: scaling.Workload, plan: scaling.Plan,
 def ratios(rounds: list[dict[str, dict]], this: str, other: str) -> dict[str, dict]:
     """Per figure: the median over rounds of this / other, its spread, and whether the spread
     is small enough to call it a result."""
-    out = {}
-    for key in ("samples_per_sec_1", "samples_per_sec_2", "allreduce_ms_per_step"):
-        per_round = [r[this][key] / r[other][key] for r in rounds]
-        summary = common.summarize(per_round)
-        out[key] = {**summary, "per_round": per_round,
-                    "noise": summary["spread"] > SPREAD_LIMIT}
-    return out
+    return {key: common.ratio_summary([r[this][key] / r[other][key] for r in rounds],
+                                      SPREAD_LIMIT) for key in FIGURES}
 
 
-def run(out_dir: Path, *, other_python: str, model: str = "mlp", rounds: int = 5,
-        quick: bool = False, steps: int | None = None) -> dict[str, Any]:
-    """``steps``: timed steps per repeat (default: bench scaling's); a small model's steps take
-    a millisecond or two, too short to time in a few."""
+def run_model(workload: scaling.Workload, pythons: dict[str, str], plan: scaling.Plan,
+              rounds: int, work_dir: Path) -> dict[str, Any]:
+    """``rounds`` interleaved rounds of both stacks on one model."""
+    measured: list[dict[str, dict]] = []
+    loads = []
+    for i in range(rounds):
+        order = ("this", "other") if i % 2 == 0 else ("other", "this")
+        loads.append(common.load_average())
+        row = {}
+        for which in order:
+            common.say(f"stacks: round {i + 1}/{rounds}, {which} stack ({workload.name})...")
+            row[which] = measure_stack(pythons[which], workload, plan, work_dir)
+        measured.append(row)
+    return {"model": workload.name, "stacks": {k: measured[0][k]["stack"] for k in pythons},
+            "load_average_before_each_round": loads, "rounds": measured,
+            "ratio_this_over_other": ratios(measured, "this", "other"),
+            "medians": {k: {key: statistics.median(r[k][key] for r in measured)
+                            for key in FIGURES} for k in pythons}}
+
+
+def run(out_dir: Path, *, other_python: str, models: Sequence[str] = ("mlp",),
+        rounds: int = 3, quick: bool = False, steps: int | None = None) -> dict[str, Any]:
+    """Every model of ``models`` in turn, written to stacks.json/.md/.png. ``steps``: timed
+    steps per repeat (default: bench scaling's); a small model's steps take a millisecond or
+    two, too short to time in a few."""
     machine = common.machine()   # before the work: its load is the machine's own
     plan = scaling.QUICK if quick else scaling.FULL
     if steps:
         plan = dataclasses.replace(plan, steps_per_repeat=steps)
-    workload = scaling.WORKLOADS[model]
     pythons = {"this": sys.executable, "other": other_python}
-    measured: list[dict[str, dict]] = []
-    loads = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        for i in range(rounds):
-            order = ("this", "other") if i % 2 == 0 else ("other", "this")
-            loads.append(common.load_average())
-            row = {}
-            for which in order:
-                common.say(f"stacks: round {i + 1}/{rounds}, {which} stack ({model})...")
-                row[which] = measure_stack(pythons[which], workload, plan, Path(tmp))
-            measured.append(row)
-    result = {"benchmark": "stacks", "machine": machine, "model": model,
-              "plan": {"rounds": rounds, **asdict(plan)},
-              "stacks": {k: measured[0][k]["stack"] for k in pythons},
-              "load_average_before_each_round": loads, "rounds": measured,
-              "ratio_this_over_other": ratios(measured, "this", "other"),
-              "medians": {k: {key: statistics.median(r[k][key] for r in measured)
-                              for key in ("samples_per_sec_1", "samples_per_sec_2",
-                                          "allreduce_ms_per_step")} for k in pythons}}
-    common.write_outputs(out_dir, f"stacks-{model}", result, markdown(result))
+        results = [run_model(scaling.WORKLOADS[m], pythons, plan, rounds, Path(tmp))
+                   for m in models]
+    result = {"benchmark": "stacks", "machine": machine,
+              "versions": {k: common.stack_versions(v) for k, v in pythons.items()},
+              "plan": {"rounds": rounds, **asdict(plan)}, "target": TARGET, "results": results}
+    common.write_outputs(out_dir, "stacks", result, markdown(result))
+    common.plot_bars(out_dir / "stacks.png",
+                     {r["model"]: {f"{n} rank(s)": r["ratio_this_over_other"][
+                         f"samples_per_sec_{n}"]["median"] for n in (1, 2)} for r in results},
+                     title="This stack over the other (samples/s, median over rounds)",
+                     ylabel="ratio", reference=TARGET, reference_label=f"target {TARGET:g}")
     return result
 
 
 def markdown(result: dict[str, Any]) -> str:
-    stacks, medians, ratio = result["stacks"], result["medians"], result["ratio_this_over_other"]
     names = {"samples_per_sec_1": "samples/s, 1 rank", "samples_per_sec_2": "samples/s, 2 ranks",
              "allreduce_ms_per_step": "all-reduce cost per step, ms"}
-    rows = []
-    for key, label in names.items():
-        r = ratio[key]
-        rows.append([label, f"{medians['this'][key]:,.2f}", f"{medians['other'][key]:,.2f}",
-                     f"{r['median']:.3f} (spread {r['spread']:.0%})"
-                     + (" noise" if r["noise"] else "")])
-    loads = ", ".join(f"{x:.2f}" for x in result["load_average_before_each_round"])
-    return "\n".join([
-        f"{result['model']}, {result['plan']['rounds']} interleaved rounds, one core per rank; "
-        f"A = {stacks['this']}, B = {stacks['other']}; load average before each round: "
-        f"{loads}. Ratios: median over rounds of A / B (spread = (max - min) / median; "
-        f"'noise' past {SPREAD_LIMIT:.0%}).", "",
-        common.markdown_table(["figure", "A (median)", "B (median)", "A / B"], rows)])
-
+    parts = []
+    for model in result["results"]:
+        stacks, medians = model["stacks"], model["medians"]
+        rows = []
+        for key, label in names.items():
+            r = model["ratio_this_over_other"][key]
+            target = result["target"] if key.startswith("samples") else None
+            rows.append([label, f"{medians['this'][key]:,.2f}", f"{medians['other'][key]:,.2f}",
+                         common.ratio_cell(r, target)])
+        loads = ", ".join(f"{x:.2f}" for x in model["load_average_before_each_round"])
+        parts += [
+            f"{model['model']}, {result['plan']['rounds']} interleaved rounds, one core per "
+            f"rank; A = {stacks['this']}, B = {stacks['other']}; load average before each "
+            f"round: {loads}. Ratios: median over rounds of A / B (spread = (max - min) / "
+            f"median; 'noise' past {SPREAD_LIMIT:.0%}: the figure does not count); target for "
+            f"samples/s: A / B >= {result['target']:g}.", "",
+            common.markdown_table(["figure", "A (median)", "B (median)", "A / B"], rows), ""]
+    return "\n".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
 # Command line: hvdtrain bench stacks
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """bench stacks' options."""
-    parser.add_argument("--other-venv", type=Path, required=True,
-                        help="the other stack's virtualenv (e.g. .venv-keras2)")
-    parser.add_argument("--model", default="mlp", help="mobilenetv2, resnet_small or mlp "
-                                                       "(default mlp)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    """bench stacks' options (bench all's too)."""
+    from hvdtrain.bench import tax
+    tax.add_other_venv(parser)
+    parser.add_argument("--models", "--model", dest="models", default=None,
+                        help="comma list of mobilenetv2, resnet_small, mlp (default: "
+                             "mobilenetv2,resnet_small; --quick: mlp)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds (default 3; --quick: 2)")
     parser.add_argument("--steps", type=int, default=None,
                         help="timed steps per repeat (default 8; more for a small model)")
 
 
 def main(args: argparse.Namespace) -> None:
-    """``hvdtrain bench stacks``; UserError when --other-venv has no Python or --model is not
-    a benchmark model."""
-    other = args.other_venv / "bin" / "python"
-    if not other.exists():
-        raise UserError(f"{other} not found: --other-venv takes a virtualenv made by "
-                        f"'make install STACK=...', e.g. .venv-keras2")
-    scaling.model_names(args.model, args.quick)
-    run(Path(args.out), other_python=str(other), model=args.model, rounds=args.rounds,
-        quick=args.quick, steps=args.steps)
+    """``hvdtrain bench stacks``; UserError when --other-venv has no Python or a model is not
+    a benchmark model (bench all without --other-venv: skipped, said so)."""
+    from hvdtrain.bench import tax
+    other = tax.venv_python(args.other_venv, "--other-venv")
+    if other is None:
+        if getattr(args, "in_all", False):
+            common.say("stacks: skipped (no --other-venv: the other stack's virtualenv)")
+            return
+        raise UserError("bench stacks needs --other-venv, e.g. .venv-keras2")
+    run(Path(args.out), other_python=other, models=scaling.model_names(args.models, args.quick),
+        rounds=args.rounds or (2 if args.quick else 3), quick=args.quick, steps=args.steps)
 
 
 BENCHMARK = registry.Benchmark(
     name="stacks", help="this stack against another (e.g. Keras 3 against Keras 2), "
                         "interleaved rounds of 1- and 2-rank training",
-    main=main, add_arguments=add_arguments)
+    main=main, add_arguments=add_arguments,
+    title="Keras 3 against Keras 2 (this stack against --other-venv's)")

@@ -14,6 +14,7 @@ hvdtrain / plain with its spread. 1.0 is the ceiling of a wrapper that costs not
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from typing import Any, Sequence
 from hvdtrain.bench import common, registry, scaling
 from hvdtrain.errors import UserError
 
-SPREAD_LIMIT = 0.10  # a ratio whose rounds spread wider than this is noise, not a result
+SPREAD_LIMIT = common.SPREAD_LIMIT
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,51 +92,84 @@ def stack_name(stack: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # The driver
 
-def ratio_summary(rounds: Sequence[dict[str, float]]) -> dict[str, Any]:
-    """hvdtrain / plain: per round, their median and spread, and whether that is noise."""
-    per_round = [r["hvdtrain"] / r["plain"] for r in rounds]
-    summary = common.summarize(per_round)
-    return {**summary, "per_round": per_round, "noise": summary["spread"] > SPREAD_LIMIT}
+TARGET = 0.98   # issue 28: hvdtrain at one rank >= 0.98x plain fit, on both stacks
+PLAN_WORLD_SIZES = (1,)   # the tax is measured at one rank alone
 
 
-def run(out_dir: Path, *, models: Sequence[str], rounds: int = 4, quick: bool = False,
-        python: str = sys.executable) -> dict[str, Any]:
-    """``rounds`` interleaved rounds per model on the stack of ``python``, written to
-    tax.json/.md/.png (tax-keras2.* and so on for another venv's interpreter)."""
-    machine = common.machine()   # before the work: its load is the machine's own
-    plan = scaling.QUICK if quick else scaling.FULL
+def ratio_summary(rounds: Sequence[dict[str, float]], top: str = "hvdtrain",
+                  bottom: str = "plain") -> dict[str, Any]:
+    """``top`` / ``bottom`` (hvdtrain / plain by default) per round, their median and spread,
+    and whether that is noise."""
+    return common.ratio_summary([r[top] / r[bottom] for r in rounds], SPREAD_LIMIT)
+
+
+def round_order(round_index: int, stacks: Sequence[str]) -> list[tuple[str, str]]:
+    """The (stack, side) measurements of one round: every stack's plain fit and hvdtrain, in
+    the reverse order every other round, so that a drift in the machine's load falls on all."""
+    order = [(stack, side) for stack in stacks for side in ("plain", "hvdtrain")]
+    return order if round_index % 2 == 0 else order[::-1]
+
+
+def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
+        python: str = sys.executable, other_python: str | None = None) -> dict[str, Any]:
+    """``rounds`` interleaved rounds per model on the stack of ``python`` (and of
+    ``other_python``, measured in the same rounds: both stacks' tax, and each stack's plain fit
+    and hvdtrain against the other's), written to tax.json/.md/.png (tax-keras2.* and so on
+    when ``python`` is another venv's interpreter and there is no other)."""
+    machine = common.machine(python)   # before the work: its load is the machine's own
+    plan = dataclasses.replace(scaling.QUICK if quick else scaling.FULL,
+                               world_sizes=PLAN_WORLD_SIZES)
+    pythons = {"this": python, **({"other": other_python} if other_python else {})}
+    versions = {k: common.stack_versions(v) for k, v in pythons.items()}
     results: list[dict[str, Any]] = []
-    stack = ""
+    comparisons: list[dict[str, Any]] = []
+    stack_of = dict.fromkeys(pythons, "")
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for name in models:
-            workload, measured, loads = scaling.WORKLOADS[name], [], []
+            workload, loads = scaling.WORKLOADS[name], []
+            measured: dict[str, list[dict[str, Any]]] = {k: [] for k in pythons}
             for i in range(rounds):
-                order = ("plain", "hvdtrain") if i % 2 == 0 else ("hvdtrain", "plain")
                 loads.append(common.load_average())
-                row: dict[str, Any] = {}
-                for which in order:
-                    common.say(f"tax: {name}, round {i + 1}/{rounds}, {which}...")
-                    if which == "plain":
+                rows: dict[str, dict[str, Any]] = {k: {} for k in pythons}
+                for which, side in round_order(i, list(pythons)):
+                    common.say(f"tax: {name}, round {i + 1}/{rounds}, {which} stack, {side}...")
+                    row = rows[which]
+                    if side == "plain":
                         row["plain"], row["plain_params"] = measure_plain(
-                            workload, plan, Path(tmp), python)
+                            workload, plan, Path(tmp), pythons[which])
                     else:
-                        (row["hvdtrain"], row["hvdtrain_params"], stack,
+                        (row["hvdtrain"], row["hvdtrain_params"], stack_of[which],
                          row["hvdtrain_rank_env"]) = measure_hvdtrain(workload, plan, Path(tmp),
-                                                                      python)
-                measured.append(row)
-            results.append({"model": name, "batch_size": workload.batch_size,
-                            "image_shape": list(workload.image_shape), "rounds": measured,
-                            "load_average_before_each_round": loads,
-                            "hvdtrain_over_plain": ratio_summary(measured)})
-    result = {"benchmark": "tax", "machine": machine, "stack": stack,
-              "plan": {"rounds": rounds, **asdict(plan)}, "results": results}
-    # Another venv's stack beside this one's: tax-keras2.* next to tax.*.
-    name = "tax" if python == sys.executable else f"tax-{stack_name(stack)}"
+                                                                      pythons[which])
+                for which in pythons:
+                    measured[which].append(rows[which])
+            for which in pythons:
+                results.append({"model": name, "stack": stack_name(stack_of[which]),
+                                "stack_line": stack_of[which], "which": which,
+                                "batch_size": workload.batch_size,
+                                "image_shape": list(workload.image_shape),
+                                "rounds": measured[which],
+                                "load_average_before_each_round": loads,
+                                "hvdtrain_over_plain": ratio_summary(measured[which])})
+            if other_python:
+                comparisons.append({"model": name, **{
+                    f"{side}_this_over_other": common.ratio_summary(
+                        [a[side] / b[side] for a, b in zip(measured["this"], measured["other"])],
+                        SPREAD_LIMIT) for side in ("plain", "hvdtrain")}})
+    result = {"benchmark": "tax", "machine": machine, "stack": stack_of["this"],
+              "stacks": {k: {"line": stack_of[k], "name": stack_name(stack_of[k]),
+                             "versions": versions[k]} for k in pythons},
+              "plan": {"rounds": rounds, **asdict(plan)}, "target": TARGET,
+              "results": results, "stack_comparisons": comparisons}
+    # Another venv's stack alone: tax-keras2.* next to tax.*.
+    name = ("tax" if python == sys.executable or other_python
+            else f"tax-{stack_name(stack_of['this'])}")
     common.write_outputs(out_dir, name, result, markdown(result))
     common.plot_bars(out_dir / f"{name}.png",
-                     {r["model"]: {"hvdtrain / plain fit": r["hvdtrain_over_plain"]["median"]}
-                      for r in results},
-                     title=f"hvdtrain at one rank against plain Keras fit ({stack_name(stack)})",
+                     {model: {f"{r['stack']}: hvdtrain / plain fit":
+                              r["hvdtrain_over_plain"]["median"] for r in results
+                              if r["model"] == model} for model in models},
+                     title="hvdtrain at one rank against plain Keras fit",
                      ylabel="samples/s ratio (median over rounds)", reference=1.0,
                      reference_label="no tax")
     return result
@@ -144,21 +178,36 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 4, quick: bool = 
 def markdown(result: dict[str, Any]) -> str:
     rows = []
     for r in result["results"]:
-        ratio = r["hvdtrain_over_plain"]
         plain = [x["plain"] for x in r["rounds"]]
         mine = [x["hvdtrain"] for x in r["rounds"]]
-        rows.append([r["model"], r["batch_size"], f"{common.summarize(plain)['median']:,.2f}",
+        rows.append([r["model"], r["stack_line"] or r["stack"], r["batch_size"],
+                     f"{common.summarize(plain)['median']:,.2f}",
                      f"{common.summarize(mine)['median']:,.2f}",
-                     f"{ratio['median']:.3f} (spread {ratio['spread']:.0%})"
-                     + (" noise" if ratio["noise"] else ""),
+                     common.ratio_cell(r["hvdtrain_over_plain"], result["target"]),
                      ", ".join(f"{x:.2f}" for x in r["load_average_before_each_round"])])
-    return "\n".join([
+    lines = [
         f"hvdtrain at 1 rank (mpirun, one core) against plain Keras fit (no Horovod, the same "
-        f"core), {result['plan']['rounds']} interleaved rounds; {result['stack']}; "
+        f"core), {result['plan']['rounds']} interleaved rounds; "
         f"{common.machine_line(result['machine'])}. Ratio: median over rounds of hvdtrain / "
-        f"plain (spread = (max - min) / median; 'noise' past {SPREAD_LIMIT:.0%}).", "",
-        common.markdown_table(["model", "batch", "plain fit samples/s", "hvdtrain samples/s",
-                               "hvdtrain / plain", "load before each round"], rows)])
+        f"plain (spread = (max - min) / median; 'noise' past {SPREAD_LIMIT:.0%}); target: "
+        f">= {result['target']:g}.", "",
+        common.markdown_table(["model", "stack", "batch", "plain fit samples/s",
+                               "hvdtrain samples/s", "hvdtrain / plain",
+                               "load before each round"], rows)]
+    if result.get("stack_comparisons"):
+        stacks = result["stacks"]
+        this, other = stacks["this"]["name"], stacks["other"]["name"]
+        lines += ["", f"The same rounds, {this} ({stacks['this']['line']}) over {other} "
+                      f"({stacks['other']['line']}): plain fit against plain fit is the "
+                      f"TensorFlow/Keras version's own difference, with no hvdtrain and no "
+                      f"Horovod; hvdtrain against hvdtrain at one rank (target >= "
+                      f"{result['target']:g}).", "",
+                  common.markdown_table(
+                      ["model", f"plain fit, {this} / {other}", f"hvdtrain, {this} / {other}"],
+                      [[c["model"], common.ratio_cell(c["plain_this_over_other"]),
+                        common.ratio_cell(c["hvdtrain_this_over_other"], result["target"])]
+                       for c in result["stack_comparisons"]])]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,30 +219,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list of mobilenetv2, resnet_small, mlp (default: "
                              "mobilenetv2,resnet_small; --quick: mlp)")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds per model (default 4; --quick: 2)")
+                        help="interleaved rounds per model (default 3; --quick: 2)")
     parser.add_argument("--venv", type=Path, default=None,
                         help="measure the stack of this virtualenv (e.g. .venv-keras2) instead "
                              "of this one")
+    add_other_venv(parser)
+
+
+def add_other_venv(parser: argparse.ArgumentParser) -> None:
+    """--other-venv, shared by tax, stacks and peers (bench all takes it once)."""
+    parser.add_argument("--other-venv", type=Path, default=None,
+                        help="the other stack's virtualenv (e.g. .venv-keras2), measured in the "
+                             "same interleaved rounds")
+
+
+def venv_python(venv: Path | None, option: str) -> str | None:
+    """The interpreter of ``venv`` (None: None); UserError when it has none."""
+    if venv is None:
+        return None
+    python = Path(venv) / "bin" / "python"
+    if not python.exists():
+        raise UserError(f"{python} not found: {option} takes a virtualenv made by "
+                        f"'make install STACK=...', e.g. .venv-keras2")
+    return str(python)
 
 
 def main(args: argparse.Namespace) -> None:
-    """``hvdtrain bench tax``; UserError when --venv has no Python or a model is unknown."""
-    python = sys.executable
-    if args.venv is not None:
-        python = str(args.venv / "bin" / "python")
-        if not Path(python).exists():
-            raise UserError(f"{python} not found: --venv takes a virtualenv made by "
-                            f"'make install STACK=...', e.g. .venv-keras2")
-    rounds = args.rounds or (2 if args.quick else 4)
+    """``hvdtrain bench tax``; UserError when --venv or --other-venv has no Python or a model
+    is unknown."""
+    python = venv_python(args.venv, "--venv") or sys.executable
+    rounds = args.rounds or (2 if args.quick else 3)
     run(Path(args.out), models=scaling.model_names(args.models, args.quick), rounds=rounds,
-        quick=args.quick, python=python)
+        quick=args.quick, python=python,
+        other_python=venv_python(args.other_venv, "--other-venv"))
 
 
 BENCHMARK = registry.Benchmark(
     name="tax", help="hvdtrain at one rank against plain Keras fit of the same work with no "
                      "Horovod (the wrapper's cost), interleaved rounds",
-    # bench all passes scaling's --models (and --quick) on; the rest at their defaults.
-    main=main, add_arguments=add_arguments, options_in_all=False,
+    main=main, add_arguments=add_arguments,
     title="The wrapper's tax: hvdtrain at one rank against plain Keras fit")
 
 

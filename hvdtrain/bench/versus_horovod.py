@@ -2,10 +2,17 @@
 
 Horovod's ``examples/tensorflow2/tensorflow2_synthetic_benchmark.py`` is not shipped with
 hvdtrain (get it from Horovod's repository); pass its path with ``--horovod-synthetic PATH``.
+It cannot run on Keras 3 (``'Variable' object has no attribute 'ref'``): ``--horovod-venv
+.venv-keras2`` runs it with that virtualenv's interpreter (TensorFlow 2.15, Keras 2) while
+hvdtrain runs on this one's; the result records each side's versions.
+
 Both train MobileNetV2 (224x224x3 inputs, 1000 classes, random weights) with batch 16 per rank
-on one core per rank (``mpirun --bind-to core``), each with its own defaults otherwise: Horovod's
-script as it is, hvdtrain with its launch defaults. Horovod's script reports rank 0's rate times
-N; hvdtrain's figure is counted over all ranks (see scaling.py).
+on one core per rank (``mpirun --bind-to core``) and one TensorFlow intra-op and inter-op thread
+(hvdtrain's own choice on one core; Horovod's script through TF_NUM_INTRAOP_THREADS and
+TF_NUM_INTEROP_THREADS), each with its own defaults otherwise. Horovod's script reports rank
+0's rate times N; hvdtrain's figure is counted over all ranks (see scaling.py). Rounds
+interleave the two (Horovod first, then hvdtrain first, ...) at each world size; the result is
+the median over rounds of hvdtrain / Horovod, with its spread.
 """
 from __future__ import annotations
 
@@ -19,8 +26,13 @@ from hvdtrain.bench import common, scaling
 
 MODEL = scaling.Workload("mobilenetv2-224", "synthetic-mobilenetv2", 16, (224, 224, 3), 1000)
 WORLD_SIZES = (1, 2)
-FULL = scaling.Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=4, steps_per_repeat=4)
+FULL = scaling.Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=3, steps_per_repeat=4)
 QUICK = scaling.Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=2, steps_per_repeat=2)
+ROUNDS, QUICK_ROUNDS = 3, 1
+# issue 28, item 3: hvdtrain / Horovod's script at each world size.
+TARGETS = {1: 1.0, 2: 1.5}
+# One thread each, as hvdtrain's rank chooses on one core (placement.threads_per_rank).
+THREAD_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 
 _ITER = re.compile(r"Iter #\d+: ([\d.]+) img/sec per")
 
@@ -30,10 +42,12 @@ def horovod_rates(output: str) -> list[float]:
     return [float(v) for v in _ITER.findall(output)]
 
 
-def horovod_command(script: Path, ranks: int, plan: scaling.Plan) -> list[str]:
+def horovod_command(script: Path, ranks: int, plan: scaling.Plan,
+                    python: str = sys.executable) -> list[str]:
     """The mpirun command line of Horovod's own synthetic benchmark (``script``) at ``ranks``,
-    with the model, batch and step counts of hvdtrain's side."""
-    argv = [sys.executable, str(script), "--model", "MobileNetV2",
+    run by ``python`` (another venv's, where Horovod's Keras layer works), with the model,
+    batch and step counts of hvdtrain's side."""
+    argv = [python, str(script), "--model", "MobileNetV2",
             "--batch-size", str(MODEL.batch_size), "--no-cuda",
             # The same steps as hvdtrain's run: warmup, then repeats of timed steps.
             "--num-warmup-batches", str(plan.steps_per_repeat + 1),
@@ -42,46 +56,86 @@ def horovod_command(script: Path, ranks: int, plan: scaling.Plan) -> list[str]:
     return common.launch_command("mpi", ranks, argv)
 
 
-def run(script: Path | None, *, quick: bool) -> dict[str, Any]:
+def keras_major(versions: dict[str, str]) -> str:
+    return versions.get("keras", "?").split(".", 1)[0]
+
+
+def run(script: Path | None, *, quick: bool, horovod_python: str = sys.executable,
+        rounds: int | None = None) -> dict[str, Any]:
+    theirs = common.stack_versions(horovod_python)
+    why = None
     if script is None or not Path(script).is_file():
         why = ("no --horovod-synthetic PATH given" if script is None
                else f"{script} does not exist")
-        common.say(f"versus Horovod's synthetic benchmark: skipped ({why}; get "
-                   f"examples/tensorflow2/tensorflow2_synthetic_benchmark.py from "
-                   f"github.com/horovod/horovod)")
+        why += ("; get examples/tensorflow2/tensorflow2_synthetic_benchmark.py from "
+                "github.com/horovod/horovod")
+    elif keras_major(theirs) == "3":
+        why = (f"Horovod's script cannot run on Keras {theirs.get('keras')} ('Variable' object "
+               f"has no attribute 'ref'): pass --horovod-venv .venv-keras2")
+    if why or script is None:
+        common.say(f"versus Horovod's synthetic benchmark: skipped ({why})")
         return {"skipped": why}
     plan = QUICK if quick else FULL
-    rows = []
+    rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
+    measured: dict[int, list[dict[str, Any]]] = {n: [] for n in plan.world_sizes}
+    loads = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        for ranks in plan.world_sizes:
-            rows.append(_compare(script, ranks, plan, Path(tmp)))
-    one = {r["ranks"]: r for r in rows}
-    for r in rows:
-        for system in ("horovod", "hvdtrain"):
-            key = f"{system}_total_img_per_sec"
-            r[f"{system}_efficiency"] = scaling.weak_scaling_efficiency(
-                r[key]["median"], r["ranks"], one[1][key]["median"])
+        for i in range(rounds):
+            loads.append(common.load_average())
+            for ranks in plan.world_sizes:
+                order = ("horovod", "hvdtrain") if i % 2 == 0 else ("hvdtrain", "horovod")
+                row: dict[str, Any] = {}
+                for side in order:
+                    common.say(f"versus Horovod: round {i + 1}/{rounds}, {side} on {ranks} "
+                               f"rank(s)...")
+                    if side == "horovod":
+                        row["horovod"] = measure_horovod(script, ranks, plan, horovod_python)
+                    else:
+                        ours = scaling.measure(MODEL, ranks, plan, Path(tmp))
+                        row["hvdtrain"] = ours["total_samples_per_sec"]["median"]
+                        row["hvdtrain_core_budget"] = ours["core_budget"]
+                row["ratio"] = row["hvdtrain"] / row["horovod"]
+                common.say(f"  Horovod {row['horovod']:.1f} img/s, hvdtrain "
+                           f"{row['hvdtrain']:.1f} img/s: {row['ratio']:.4f}x")
+                measured[ranks].append(row)
     return {"script": str(script), "model": "MobileNetV2 224x224x3, 1000 classes",
-            "batch_size_per_rank": MODEL.batch_size, "launch": "mpirun --bind-to core",
-            "plan": {"warmup_steps": plan.steps_per_repeat + 1, "repeats": plan.repeats,
-                     "steps_per_repeat": plan.steps_per_repeat}, "results": rows}
+            "batch_size_per_rank": MODEL.batch_size,
+            "launch": "mpirun --bind-to core, one intra-op and one inter-op thread per rank",
+            "versions": {"hvdtrain": common.stack_versions(), "horovod": theirs},
+            "plan": {"rounds": rounds, "warmup_steps": plan.steps_per_repeat + 1,
+                     "repeats": plan.repeats, "steps_per_repeat": plan.steps_per_repeat},
+            "load_average_before_each_round": loads,
+            "results": summarize_rounds(measured)}
 
 
-def _compare(script: Path, ranks: int, plan: scaling.Plan, work_dir: Path) -> dict[str, Any]:
-    """Horovod's script, then hvdtrain, on ``ranks`` ranks."""
-    common.say(f"versus Horovod: Horovod's synthetic benchmark on {ranks} rank(s)...")
-    output = common.run_job(horovod_command(script, ranks, plan),
+def measure_horovod(script: Path, ranks: int, plan: scaling.Plan, python: str) -> float:
+    """Horovod's script on ``ranks`` ranks: the median over its iterations of rank 0's img/s
+    times N (its own method)."""
+    output = common.run_job(horovod_command(script, ranks, plan, python), env=THREAD_ENV,
                             what=f"Horovod's synthetic benchmark on {ranks} ranks")
     per_rank = horovod_rates(output)
     if not per_rank:
         raise common.BenchError(f"no 'Iter #' lines in the output of {script}:\n"
                                 + "\n".join(output.splitlines()[-15:]))
-    common.say(f"versus Horovod: hvdtrain on {ranks} rank(s)...")
-    ours = scaling.measure(MODEL, ranks, plan, work_dir)
-    theirs = common.summarize([ranks * r for r in per_rank])  # their method: rank 0 x N
-    ratio = ours["total_samples_per_sec"]["median"] / theirs["median"]
-    common.say(f"  Horovod {theirs['median']:.1f} img/s, hvdtrain "
-               f"{ours['total_samples_per_sec']['median']:.1f} img/s: {ratio:.2f}x")
-    return {"ranks": ranks, "horovod_total_img_per_sec": theirs,
-            "hvdtrain_total_img_per_sec": ours["total_samples_per_sec"], "ratio": ratio,
-            "hvdtrain_core_budget": ours["core_budget"]}
+    return common.summarize([ranks * r for r in per_rank])["median"]
+
+
+def summarize_rounds(measured: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per world size: each side's median over rounds, hvdtrain / Horovod per round (median,
+    spread, noise) against its target, and each side's weak-scaling efficiency per round
+    (against the same round's 1-rank figure)."""
+    rows = []
+    for ranks, rounds in measured.items():
+        row: dict[str, Any] = {
+            "ranks": ranks, "rounds": rounds,
+            "horovod_total_img_per_sec": common.summarize([r["horovod"] for r in rounds]),
+            "hvdtrain_total_img_per_sec": common.summarize([r["hvdtrain"] for r in rounds]),
+            "ratio": common.ratio_summary([r["ratio"] for r in rounds]),
+            "target": TARGETS.get(ranks)}
+        if 1 in measured and ranks != 1:
+            for side in ("horovod", "hvdtrain"):
+                row[f"{side}_efficiency"] = common.ratio_summary([
+                    scaling.weak_scaling_efficiency(r[side], ranks, one[side])
+                    for r, one in zip(rounds, measured[1])])
+        rows.append(row)
+    return rows

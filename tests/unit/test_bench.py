@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from helpers import assert_ok, hvdtrain, keras_major, run_job
-from hvdtrain.bench import (allreduce, peers, project, scaling, stacks, suite, tax,
+from hvdtrain.bench import (allreduce, common, peers, project, scaling, stacks, suite, tax,
                             versus_horovod)
 from hvdtrain.bench import input as input_bench
 
@@ -130,14 +130,171 @@ def test_readme_block_is_replaced_and_a_missing_block_is_refused(tmp_path):
         suite.replace_block(tmp_path / "plain.md", pattern_block)
 
 
+def test_the_results_block_comes_from_the_result_files_alone(tmp_path):
+    out = tmp_path / "results"
+    out.mkdir()
+    machine = {"cpu": "cpu", "cores": 2, "memory_gib": 1, "os": "os", "python": "3",
+               "versions": {"tensorflow-cpu": "2.20.0", "keras": "3.15.1"},
+               "load_average_1min_at_start": 0.123, "date_utc": "today"}
+    (out / "tax.json").write_text(json.dumps({"machine": machine}))
+    (out / "tax.md").write_text("| the tax table |\n")
+    (out / "all.md").write_text("bench all took 1.0 min.\n")
+    block = suite.results_block(out, tmp_path / "README.md", "make bench")
+    assert "bench all took 1.0 min." in block and "| the tax table |" in block
+    assert "TensorFlow 2.20.0, Keras 3.15.1" in block and "load 0.12 at start" in block
+    assert "Not run (no `scaling.md`" in block   # control: a missing result says so
+    assert "![tax](results/tax.png)" not in block   # no plot written, none linked
+
+
 def test_an_efficiency_above_the_ceiling_is_flagged_as_noise():
     rows = [{"model": "m", "ranks": 1, "total_samples_per_sec": {"median": 100.0}},
             {"model": "m", "ranks": 2, "total_samples_per_sec": {"median": 200.0}},
             {"model": "m", "ranks": 4, "total_samples_per_sec": {"median": 440.0}}]
     scaling.add_efficiency(rows)
     assert [r["efficiency_above_ceiling"] for r in rows] == [False, False, True]
-    assert scaling.efficiency_cell(rows[1]) == pytest.approx(1.0)
-    assert scaling.efficiency_cell(rows[2]) == "1.1 (above 1.05: noise)"
+    assert scaling.efficiency_cell(rows[1]) == "1.0000: meets >= 0.95"
+    assert scaling.efficiency_cell(rows[2]) == "1.1000 (above 1.05: noise)"
+    rows[1]["total_samples_per_sec"]["median"] = 189.9  # 0.9495: a miss, printed as one
+    scaling.add_efficiency(rows, {"m": 102.0})
+    assert scaling.efficiency_cell(rows[1]) == "0.9495: misses >= 0.95"
+    assert rows[0]["over_plain_fit"] == pytest.approx(100 / 102)
+    assert "over_plain_fit" not in rows[1]
+
+
+def test_a_ratio_just_under_its_target_prints_as_a_miss():
+    # tax.md printed 0.9796 as "0.980" and a 9.8% spread as "10%": a miss of 0.98 hidden.
+    close = common.ratio_summary([0.9796, 0.93, 1.026])
+    assert close["spread"] == pytest.approx(0.098, abs=1e-4) and not close["noise"]
+    assert common.ratio_cell(close, 0.98) == "0.9796 (spread 9.8%): misses >= 0.98"
+    # Control: the same spread around a median at the target meets it.
+    met = common.ratio_summary([0.98, 0.93, 1.026])
+    assert common.ratio_cell(met, 0.98).endswith(": meets >= 0.98")
+    # Past the spread limit the verdict is noise, whatever the median.
+    wide = common.ratio_summary([0.99, 0.80, 1.02])
+    assert common.ratio_cell(wide, 0.98).endswith(": noise: does not count")
+    assert common.ratio_cell(wide) == "0.9900 (spread 22.2%) noise"
+    assert common.verdict(3.5, 3.0, at_least=False) == "misses <= 3"
+
+
+def test_the_stack_versions_are_the_measured_interpreters(tmp_path):
+    import sys
+    versions = common.stack_versions(sys.executable)
+    assert versions["python_executable"] == sys.executable
+    assert common.stack_line(versions).startswith("TensorFlow ")
+    fake = tmp_path / "python"   # another venv: what its own interpreter reports
+    fake.write_text('#!/bin/sh\necho \'{"tensorflow-cpu": "2.15.1", "keras": "2.15.0"}\'\n')
+    fake.chmod(0o755)
+    assert common.stack_line(common.stack_versions(str(fake))) == \
+        "TensorFlow 2.15.1, Keras 2.15.0, Horovod none"
+    assert common.machine(str(fake))["versions"]["keras"] == "2.15.0"
+
+
+def test_the_paper_validation_reports_each_assumption_and_never_fits_one():
+    latency, per_byte = 10e-6, 8 / 25e9
+    # Control: no overlap and one buffer is the projection's own model.
+    plain = project.step_seconds(0.5, 512, 178e6, latency, per_byte)
+    assert plain["efficiency"] == pytest.approx(project.efficiency(0.5, 512, 178e6, latency,
+                                                                   per_byte))
+    # Four 64 MiB buffers pay the latency term four times; the bandwidth term is unchanged.
+    fused = project.step_seconds(0.5, 512, 4 * 64 * 2 ** 20, latency, per_byte,
+                                 fusion_bytes=64 * 2 ** 20)
+    assert fused["buffers"] == 4 and fused["latency_s"] == pytest.approx(4 * 2 * 511 * latency)
+    # Full overlap hides at most the backward pass (2/3 of the step).
+    hidden = project.step_seconds(0.3, 512, 500e6, latency, per_byte, overlap=1.0)
+    assert hidden["hidden_s"] == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        project.step_seconds(0.3, 2, 1e6, latency, per_byte, overlap=1.5)
+    # The implied overlap gives back the published figure when fed in.
+    phi = project.implied_overlap(0.5, plain["latency_s"] + plain["bandwidth_s"], 0.9)
+    assert project.step_seconds(0.5, 512, 178e6, latency, per_byte,
+                                overlap=phi)["efficiency"] == pytest.approx(0.9)
+    v = project.validate_paper()
+    rows = {r["model"]: r for r in v["rows"]}
+    assert set(project.PUBLISHED) <= set(rows)
+    for r in rows.values():
+        base = r["variants"][next(iter(project.PAPER_VARIANTS))]
+        assert base["difference_points"] == pytest.approx(
+            100 * (base["efficiency"] - r["published"]))
+        assert project.diagnose(r)
+
+
+def test_peers_run_what_this_stack_cannot_in_the_other_venv(monkeypatch):
+    stacks = {"k3": {"keras": "3.15.1"}, "k2": {"keras": "2.15.0"}}
+    monkeypatch.setattr(peers.common, "stack_versions", lambda python: stacks[python])
+    plan = peers.plan_systems("k3", "k2")
+    assert plan["mwms"]["python"] == "k2" and plan["ps"]["python"] == "k2"
+    assert plan["mwms"]["other_stack_because"] == peers.UNAVAILABLE_ON_KERAS3["mwms"]
+    assert plan["hvdtrain"] == {"python": "k3"} and plan["hvdtrain-gloo"] == {"python": "k3"}
+    # Control: without another venv they are marked, not run.
+    assert "unavailable" in peers.plan_systems("k3", None)["mwms"]
+    assert peers.plan_systems("k2", None)["mwms"] == {"python": "k2"}
+    # Ratios pair the systems' runs round by round.
+    runs = {"hvdtrain": [{"samples_per_sec": 100.0}, {"samples_per_sec": 50.0}],
+            "hvdtrain-gloo": [{"samples_per_sec": 90.0}, {"samples_per_sec": 48.0}]}
+    ratio = peers.per_round_ratio(runs, "hvdtrain-gloo", "hvdtrain")
+    assert ratio["per_round"] == pytest.approx([0.9, 0.96])
+    assert peers.per_round_ratio(runs, "hvdtrain", "mwms") is None
+
+
+def test_a_slow_allreduce_is_timed_over_fewer_calls():
+    # Control: a fast all-reduce keeps the size's cap (200 calls of 4 KiB, 3 of 64 MiB).
+    assert allreduce.batch_ops(6e-6, allreduce.ops_per_batch(4 * allreduce.KIB)) == 200
+    assert allreduce.batch_ops(0.05, allreduce.ops_per_batch(64 * allreduce.MIB)) == 3
+    # Gloo with fusion off, 30 ms a call: half a second's worth, not 200 calls (6 s).
+    assert allreduce.batch_ops(0.03, 200) == 17
+    assert allreduce.batch_ops(2.0, 200) == 3
+
+
+def test_the_allreduce_targets_count_1_to_16_mib_and_the_4_kib_floor():
+    mib, kib = allreduce.MIB, allreduce.KIB
+    row = lambda nbytes, seconds, ratio=None: {"bytes": nbytes, "seconds": {"median": seconds},
+                                              **({} if ratio is None else {"of_raw_mpi": ratio})}
+    raw = {"label": allreduce.RAW_MPI.label, "kind": "mpi4py",
+           "rows": [row(4 * kib, 3e-6), row(mib, 1e-3), row(16 * mib, 1e-2), row(64 * mib, 5e-2)]}
+    hvd = {"label": allreduce.HOROVOD_MPI.label, "kind": "horovod",
+           "rows": [row(4 * kib, 9e-6, 0.3), row(mib, 1e-3, 0.95), row(16 * mib, 1e-2, 0.91),
+                    row(64 * mib, 9e-2, 0.5)]}
+    t = allreduce._target([raw, hvd])
+    # 64 MiB is outside the window: its 0.5 does not count; the 4 KiB floor is 3x exactly.
+    assert t["horovod_mpi_of_raw_mpi_min_in_window"] == pytest.approx(0.91)
+    assert t["bandwidth_met"] and t["floor_met"]
+    assert t["floor_time_over_raw_mpi"] == pytest.approx(3.0)
+    # Control: a slower floor and a 16 MiB dip miss both.
+    hvd["rows"][0]["seconds"]["median"] = 1e-5
+    hvd["rows"][2]["of_raw_mpi"] = 0.89
+    t = allreduce._target([raw, hvd])
+    assert not t["bandwidth_met"] and not t["floor_met"] and t["worst_bytes"] == 16 * mib
+    assert "misses >= 0.9" in allreduce.target_lines(t)[0]
+    assert "misses <= 3" in allreduce.target_lines(t)[1]
+
+
+def test_the_tables_print_the_verdicts():
+    machine = {"cpu": "cpu", "cores": 2, "memory_gib": 1, "os": "os", "python": "3",
+               "versions": {"tensorflow-cpu": "2.20.0", "keras": "3.15.1"},
+               "load_average_1min_at_start": 0.1, "date_utc": "today"}
+    rounds = [{"plain": 100.0, "hvdtrain": 97.9}, {"plain": 100.0, "hvdtrain": 98.2},
+              {"plain": 90.0, "hvdtrain": 88.0}]
+    taxed = {"machine": machine, "plan": {"rounds": 3}, "target": tax.TARGET,
+             "results": [{"model": "m", "stack": "keras3", "stack_line": "tf 2.20",
+                          "batch_size": 16, "rounds": rounds,
+                          "load_average_before_each_round": [1, 2, 3],
+                          "hvdtrain_over_plain": tax.ratio_summary(rounds)}],
+             "stack_comparisons": []}
+    assert "| 0.9790 (spread 0.4%): misses >= 0.98 |" in tax.markdown(taxed)
+    assert "TensorFlow 2.20.0, Keras 3.15.1" in tax.markdown(taxed)
+    measured = {1: [{"horovod": 10.0, "hvdtrain": 9.9, "ratio": 0.99}],
+                2: [{"horovod": 15.0, "hvdtrain": 24.0, "ratio": 1.6}]}
+    rows = versus_horovod.summarize_rounds(measured)
+    assert common.ratio_cell(rows[0]["ratio"], rows[0]["target"]).endswith("misses >= 1")
+    assert common.ratio_cell(rows[1]["ratio"], rows[1]["target"]).endswith("meets >= 1.5")
+    assert rows[1]["hvdtrain_efficiency"]["median"] == pytest.approx(24.0 / (2 * 9.9))
+
+
+def test_the_tax_rounds_interleave_both_stacks():
+    assert tax.round_order(0, ["this", "other"]) == [
+        ("this", "plain"), ("this", "hvdtrain"), ("other", "plain"), ("other", "hvdtrain")]
+    assert tax.round_order(1, ["this", "other"]) == tax.round_order(0, ["this", "other"])[::-1]
+    assert tax.round_order(1, ["this"]) == [("this", "hvdtrain"), ("this", "plain")]
 
 
 @pytest.mark.multirank
@@ -153,6 +310,9 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     for name in ("scaling", "tax", "allreduce", "peers", "project", "input"):
         for suffix in (".json", ".md", ".png"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
+    timed = json.loads((out / "all.json").read_text())
+    assert [t["benchmark"] for t in timed["timings"]][:2] == ["scaling", "tax"], timed
+    assert all(t["seconds"] > 0 for t in timed["timings"]) and timed["quick"], timed
     scaled = json.loads((out / "scaling.json").read_text())
     reduced = json.loads((out / "allreduce.json").read_text())
     check_scaling(scaled)
@@ -179,7 +339,7 @@ def check_tax(taxed: dict) -> None:
 
 def check_peers(compared: dict, markdown: str) -> None:
     rows = {r["system"]: r for r in compared["results"]}
-    assert set(rows) == {"single", "hvdtrain", "mwms", "ps"}
+    assert set(rows) == set(peers.SYSTEMS)
     # tf.distribute's multi-worker fit cannot run on Keras 3: marked so, with the reason, in
     # the result and its table; everything else ran.
     not_run = {"mwms", "ps"} if keras_major() >= 3 else set()
@@ -190,6 +350,11 @@ def check_peers(compared: dict, markdown: str) -> None:
             continue
         assert "unavailable" not in r, r
         assert r["samples_per_sec"]["median"] > 0 and r["final_eval_accuracy"] > 0.5, r
+        assert len(r["rounds"]) == compared["rounds"], r
+    gloo = compared["gloo_over_mpi"]
+    assert gloo["per_round"] == pytest.approx([
+        g["samples_per_sec"] / m["samples_per_sec"]
+        for g, m in zip(rows["hvdtrain-gloo"]["rounds"], rows["hvdtrain"]["rounds"])])
 
 
 SLOW_RANK_DELAY_S = 0.2
