@@ -1,7 +1,7 @@
 # hvdtrain: `make demo` and `make test` install whatever is missing first (scripts/setup.sh).
 #
 # STACK picks the TensorFlow/Keras stack, each in a virtualenv of its own in the checkout:
-#   keras3 (default)  TensorFlow 2.20, Keras 3, hvdtrain's own Horovod binding   .venv
+#   keras3 (default)  TensorFlow 2.21, Keras 3, hvdtrain's own Horovod binding   .venv
 #   keras2            TensorFlow 2.15, Keras 2, Horovod's own Keras layer        .venv-keras2
 STACK ?= keras3
 OTHER_STACK ?= $(if $(filter keras3,$(STACK)),keras2,keras3)

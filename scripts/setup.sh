@@ -4,14 +4,14 @@
 # a second run checks and skips in a few seconds. `--with-test-tools` adds what the tests need.
 #
 # HVDTRAIN_STACK picks the stack, each in a virtualenv of its own (HVDTRAIN_VENV overrides):
-#   keras3  TensorFlow 2.20 with Keras 3, hvdtrain's own Horovod binding       (.venv)
+#   keras3  TensorFlow 2.21 with Keras 3, hvdtrain's own Horovod binding       (.venv)
 #   keras2  TensorFlow 2.15 with Keras 2, Horovod's own Keras layer            (.venv-keras2)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 STACK=${HVDTRAIN_STACK:-keras3}
 case "$STACK" in
-    keras3) TF_VERSION=2.20.0 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv ;;
+    keras3) TF_VERSION=2.21.0 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv ;;
     keras2) TF_VERSION=2.15.1 KERAS_PIN="" DEFAULT_VENV=.venv-keras2 ;;
     *) printf '[setup] error: unknown stack %s: choose keras3 or keras2\n' "$STACK" >&2; exit 2 ;;
 esac
