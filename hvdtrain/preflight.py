@@ -6,6 +6,7 @@ exited alone would leave the others waiting in their next collective.
 """
 from __future__ import annotations
 
+import importlib.util
 from typing import Callable
 
 from hvdtrain.data import images, sharding
@@ -30,6 +31,16 @@ def world_problem(options: HorovodConfig, size: int, controller: str) -> str | N
     return None
 
 
+def tensorboard_problem(config: Config) -> str | None:
+    """Why run.tensorboard cannot write its logs here, or None: TensorFlow's summaries need the
+    tensorboard package, which TensorFlow 2.21 no longer installs."""
+    if config.run.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        return ("run.tensorboard is on but the tensorboard package is not installed (TensorFlow "
+                "2.21 no longer brings it): pip install tensorboard, or "
+                "--set run.tensorboard=false")
+    return None
+
+
 def check(config: Config, world: dist.World, load: Callable[[], DataSet]) -> DataSet:
     """Every rank, before anything is written: the same config as rank 0's, Horovod options
     this world can run, and data that loads with at least one training sample per rank (image
@@ -37,7 +48,8 @@ def check(config: Config, world: dist.World, load: Callable[[], DataSet]) -> Dat
     Returns the loaded data set."""
     dist.check_same_config(to_dict(config), world)
     dataset = None
-    problem = world_problem(config.horovod, world.size, world.controller)
+    problem = (world_problem(config.horovod, world.size, world.controller)
+               or tensorboard_problem(config))
     if not problem:
         try:
             dataset = load()

@@ -115,10 +115,11 @@ if [ -n "$tf_installed" ] && [ "$tf_installed" != "$TF_VERSION" ]; then
 fi
 if ! has_version tensorflow-cpu "$TF_VERSION" || { [ -n "$KERAS_PIN" ] && ! has_version keras "${KERAS_PIN#keras==}"; } \
    || ! has_version mpi4py 4 || ! has_version scikit-learn "" || ! has_version pytest "" \
-   || ! has_version pytest-timeout 2 || ! has_version matplotlib ""; then
-    say "installing $TF_PIN ${KERAS_PIN:+$KERAS_PIN }(stack $STACK), numpy<2, mpi4py, scikit-learn, pytest, pytest-timeout, matplotlib (pip)"
+   || ! has_version pytest-timeout 2 || ! has_version matplotlib "" || ! has_version tensorboard ""; then
+    say "installing $TF_PIN ${KERAS_PIN:+$KERAS_PIN }(stack $STACK), numpy<2, mpi4py, scikit-learn, tensorboard, pytest, pytest-timeout, matplotlib (pip)"
+    # tensorboard: TensorFlow 2.21 no longer brings it, and run.tensorboard's logs need it.
     "${PIP[@]}" install "$TF_PIN" ${KERAS_PIN:+"$KERAS_PIN"} "numpy<2" "mpi4py>=4,<5" scikit-learn \
-        pytest "pytest-timeout>=2,<3" matplotlib wheel "setuptools>=64"
+        tensorboard pytest "pytest-timeout>=2,<3" matplotlib wheel "setuptools>=64"
 fi
 
 # 3b. `make test` and `make lint` only: the linter and the type checker, pinned (pyproject.toml

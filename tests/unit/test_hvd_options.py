@@ -29,6 +29,17 @@ def test_average_runs_anywhere():
     assert preflight.world_problem(HorovodConfig(), 3, "gloo") is None
 
 
+def test_tensorboard_logs_without_the_package_are_refused_with_one_line(monkeypatch):
+    on, off = presets.build_config("digits"), presets.build_config(
+        "digits", None, ["run.tensorboard=false"])
+    assert preflight.tensorboard_problem(on) is None  # installed here (a dependency)
+    monkeypatch.setattr(preflight.importlib.util, "find_spec",
+                        lambda name: None if name == "tensorboard" else object())
+    assert preflight.tensorboard_problem(on).startswith("run.tensorboard is on but the "
+                                                        "tensorboard package is not installed")
+    assert preflight.tensorboard_problem(off) is None  # control: logs off, nothing needed
+
+
 @pytest.mark.parametrize("assignment, fragment", [
     ("horovod.op=adasum", "rejects op=Adasum"),
     ("horovod.backward_passes_per_step=2", "backward_passes_per_step>1 needs the custom loop"),

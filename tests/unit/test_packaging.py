@@ -32,7 +32,7 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
         assert f"hvdtrain/shipped/{shipped}" in names, sorted(names)
     required = [line.split(":", 1)[1].strip() for line in metadata.splitlines()
                 if line.startswith("Requires-Dist:") and "extra ==" not in line]
-    assert required == ["scikit-learn"], required
+    assert required == ["scikit-learn", "tensorboard"], required  # no TensorFlow, numpy, Horovod
     assert 'tensorflow-cpu<2.22,>=2.15; extra == "tensorflow-cpu"' in metadata
 
     # The installed code finds the wheel's copies, not the checkout's: the launch command runs
