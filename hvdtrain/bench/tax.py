@@ -110,6 +110,31 @@ def round_order(round_index: int, stacks: Sequence[str]) -> list[tuple[str, str]
     return order if round_index % 2 == 0 else order[::-1]
 
 
+def measure_rounds(name: str, rounds: int, pythons: dict[str, str], plan: scaling.Plan,
+                   tmp: Path, stack_of: dict[str, str]
+                   ) -> tuple[dict[str, list[dict[str, Any]]], list[float]]:
+    """Model ``name``'s interleaved rounds: per stack (a key of ``pythons``), one row per round
+    holding plain fit's and hvdtrain's samples/s (and what each trained and ran with), and the
+    load average before each round. ``stack_of`` takes each stack's version line."""
+    workload, loads = scaling.WORKLOADS[name], []
+    measured: dict[str, list[dict[str, Any]]] = {k: [] for k in pythons}
+    for i in range(rounds):
+        loads.append(common.load_average())
+        rows: dict[str, dict[str, Any]] = {k: {} for k in pythons}
+        for which, side in round_order(i, list(pythons)):
+            common.say(f"tax: {name}, round {i + 1}/{rounds}, {which} stack, {side}...")
+            row = rows[which]
+            if side == "plain":
+                row["plain"], row["plain_params"] = measure_plain(workload, plan, tmp,
+                                                                  pythons[which])
+            else:
+                (row["hvdtrain"], row["hvdtrain_params"], stack_of[which],
+                 row["hvdtrain_rank_env"]) = measure_hvdtrain(workload, plan, tmp, pythons[which])
+        for which in pythons:
+            measured[which].append(rows[which])
+    return measured, loads
+
+
 def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
         python: str = sys.executable, other_python: str | None = None) -> dict[str, Any]:
     """``rounds`` interleaved rounds per model on the stack of ``python`` (and of
@@ -126,23 +151,8 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     stack_of = dict.fromkeys(pythons, "")
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for name in models:
-            workload, loads = scaling.WORKLOADS[name], []
-            measured: dict[str, list[dict[str, Any]]] = {k: [] for k in pythons}
-            for i in range(rounds):
-                loads.append(common.load_average())
-                rows: dict[str, dict[str, Any]] = {k: {} for k in pythons}
-                for which, side in round_order(i, list(pythons)):
-                    common.say(f"tax: {name}, round {i + 1}/{rounds}, {which} stack, {side}...")
-                    row = rows[which]
-                    if side == "plain":
-                        row["plain"], row["plain_params"] = measure_plain(
-                            workload, plan, Path(tmp), pythons[which])
-                    else:
-                        (row["hvdtrain"], row["hvdtrain_params"], stack_of[which],
-                         row["hvdtrain_rank_env"]) = measure_hvdtrain(workload, plan, Path(tmp),
-                                                                      pythons[which])
-                for which in pythons:
-                    measured[which].append(rows[which])
+            workload = scaling.WORKLOADS[name]
+            measured, loads = measure_rounds(name, rounds, pythons, plan, Path(tmp), stack_of)
             for which in pythons:
                 results.append({"model": name, "stack": stack_name(stack_of[which]),
                                 "stack_line": stack_of[which], "which": which,

@@ -66,6 +66,7 @@ class World:
 
     @property
     def is_chief(self) -> bool:
+        """Rank 0: the one rank that prints and writes."""
         return self.rank == 0
 
 
@@ -148,11 +149,13 @@ def _pin_device(local_rank: int, local_size: int, device: str) -> tuple[str, str
 
 
 def stack_description() -> str:
+    """The versions in use, e.g. "tensorflow 2.21.0, keras 3.15.1, horovod 0.28.1"."""
     return (f"tensorflow {tf.__version__}, keras {keras_version()}, "
             f"horovod {importlib.metadata.version('horovod')}")
 
 
 def horovod_settings_in_force() -> str:
+    """The HOROVOD_* and Open MPI settings hvd.init() read, as one line for the banner."""
     return rank_env.in_force(os.environ)  # what hvd.init() read (see above)
 
 
@@ -207,6 +210,8 @@ def agree_or_fail(problem: str | None, world: World) -> None:
 
 
 def join() -> int:
+    """Waits, answering the peers' all-reduces with zeros, until every rank has joined; returns
+    the rank that joined last."""
     # Horovod: this rank has no batch left; it answers its peers' all-reduces with zeros until
     # every rank has joined. Returns the rank that joined last (it ran the most steps).
     # Run as a graph: with horovod 0.28.1 and TF 2.15 an EAGER hvd.join() waits correctly only
@@ -216,17 +221,20 @@ def join() -> int:
 
 
 def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
+    """``root_rank``'s ``obj`` (any picklable value), on every rank."""
     # Horovod: root's Python value (e.g. the epoch to resume from) reaches every rank.
     return hvd.broadcast_object(obj, root_rank=root_rank)
 
 
 def allreduce_sum(values: np.ndarray) -> np.ndarray:
+    """``values`` summed element-wise over all ranks, in float64."""
     # Horovod: exact totals across ranks (sums of counts, not a mean of per-rank means).
     tensor = tf.constant(np.asarray(values, dtype=np.float64))
     return hvd.allreduce(tensor, op=hvd.Sum, name="hvdtrain_sum").numpy()
 
 
 def allgather_object(obj: Any) -> list:
+    """Every rank's ``obj``, in rank order, on every rank."""
     # Horovod: every rank's Python value, in rank order, on every rank (benchmark figures).
     return hvd.allgather_object(obj)
 

@@ -70,6 +70,7 @@ class KerasBinding(Protocol):
 
 
 def keras_version() -> str:
+    """The installed Keras's version, e.g. "3.15.1" or "2.15.0"."""
     # Keras 3's tf.keras has __version__; Keras 2's (TensorFlow 2.15) does not, but its package
     # metadata says which.
     return getattr(tf.keras, "__version__", None) or importlib.metadata.version("keras")
@@ -99,10 +100,13 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
 
 
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
+    """``tape``, whose gradient() returns the gradients reduced over ranks (average or Adasum,
+    as ``options`` say). Apply them with a plain optimizer: a distributed one refuses them."""
     return _keras_binding().distributed_tape(tape, options)
 
 
 def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
+    """``root_rank``'s values assigned to ``variables`` on every rank."""
     # Horovod: every rank starts from root's values (fresh weights, or a restored checkpoint),
     # or ranks would train different models from the first step on.
     _keras_binding().broadcast_variables(list(variables), root_rank)
@@ -116,23 +120,29 @@ def fit_callbacks(root_rank: int = 0) -> list[tf.keras.callbacks.Callback]:
 
 
 def metric_average_callback() -> tf.keras.callbacks.Callback:
+    """A fit callback: the epoch's train metrics averaged over ranks before anyone logs them."""
     return _keras_binding().metric_average_callback()
 
 
 def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list[tf.Variable]:
+    """The optimizer's state (step count, slots) as a list of variables, on either Keras."""
     return _keras_binding().optimizer_variables(optimizer)
 
 
 def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
                   **values: Any) -> Any:
+    """Horovod's elastic state: the model's and optimizer's variables and ``values``,
+    committed in memory, restored on a lost worker, synced to new ones from rank 0."""
     return _keras_binding().elastic_state(model, optimizer, **values)
 
 
 def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
+    """``train(state)`` wrapped in Horovod's elastic retry loop."""
     return _keras_binding().run_elastic(train)
 
 
 def save_model(model: tf.keras.Model, path: Path) -> None:
+    """The model exported into the folder ``path`` in the format this Keras loads back."""
     _keras_binding().save_model(model, path)
 
 
@@ -142,6 +152,7 @@ def load_model(folder: Path) -> tf.keras.Model:
 
 
 def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
+    """A LossScaleOptimizer's scaled ``loss``, on either Keras."""
     return _keras_binding().scale_loss(optimizer, loss)
 
 
