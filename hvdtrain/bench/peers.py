@@ -6,8 +6,8 @@ per-replica batch (32), optimizer (SGD, momentum 0.9) and seed, under:
 - ``single``: hvdtrain in one process alone (lr 0.05);
 - ``hvdtrain``: 2 ranks, Horovod ring all-reduce (``mpirun -np 2``, hvdtrain's defaults): global
   batch 64, lr 0.05 per rank scaled to 0.1 over a one-epoch warmup;
-- ``hvdtrain-gloo``: the same job as ``make demo`` and ``run_scripts/local.sh`` launch it
-  (``horovodrun --gloo``, ranks unbound, as the demo runs): Gloo against MPI on the demo job;
+- ``hvdtrain-gloo``: the same job under ``horovodrun --gloo`` (ranks unbound), as
+  ``run_scripts/local.sh`` launches it where mpirun is missing: Gloo against MPI on the demo job;
 - ``mwms``: tf.distribute ``MultiWorkerMirroredStrategy``, 2 worker processes with TF_CONFIG on
   localhost ports (synchronous, all-reduce over gRPC): global batch 64, the same lr schedule;
 - ``ps``: tf.distribute ``ParameterServerStrategy``, one coordinator, one parameter server and
@@ -498,8 +498,8 @@ def markdown(result: dict[str, Any]) -> str:
                                "wall s (with start-up)"], rows), ""]
     lines += [f"- {line}" for line in time_verdicts(result)]
     if gloo:
-        lines.append(f"- the demo job under Gloo (`horovodrun --gloo`, as `make demo` launches "
-                     f"it) over MPI (`mpirun`), samples/s per round: "
+        lines.append(f"- the demo job under Gloo (`horovodrun --gloo`, as `local.sh` launches "
+                     f"it where mpirun is missing) over MPI (`mpirun`), samples/s per round: "
                      f"{common.ratio_cell(gloo, result['gloo_target'])}")
     return "\n".join(lines)
 

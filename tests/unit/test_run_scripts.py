@@ -108,19 +108,29 @@ def test_local_refuses_bad_input(args, words):
     assert_refused(script("local.sh", *args), *words)
 
 
+def test_local_refuses_an_unknown_controller():
+    assert_refused(script("local.sh", "2", env={"CONTROLLER": "nccl"}),
+                   "CONTROLLER must be mpi or gloo", "'nccl'")
+
+
 @pytest.mark.multirank
 @pytest.mark.smoke
-def test_local_launches_n_ranks_for_real(tmp_path):
+@pytest.mark.parametrize("controller, tag", [("", "[1,0]<stdout>:"), ("gloo", "[0]<stdout>:")],
+                         ids=["default-mpi", "gloo"])
+def test_local_launches_n_ranks_for_real(controller, tag, tmp_path):
     # The README's one-machine command, run as a user would: from the checkout, the venv's
-    # bin on PATH (make does that), 2 ranks of a one-epoch job.
+    # bin on PATH (make does that), 2 ranks of a one-epoch job; over MPI by default where
+    # mpirun is installed (it is here), over Gloo when asked.
     run_dir = tmp_path / "run"
     job = run_job([str(SCRIPTS / "local.sh"), "2", "--preset", "synthetic-mlp", "--epochs", "1",
                    "--set", "run.tensorboard=false", "--set", "run.export=false",
-                   "--run-dir", str(run_dir)], cwd=SCRIPTS.parent, timeout=120)
+                   "--run-dir", str(run_dir)], cwd=SCRIPTS.parent, timeout=120,
+                  env={"CONTROLLER": controller} if controller else None)
     assert_ok(job, "run_scripts/local.sh 2")
-    assert f"[0]<stdout>:hvdtrain {__version__}: 2 ranks (gloo)" in job.output, job.output
+    expected = controller or "mpi"
+    assert f"{tag}hvdtrain {__version__}: 2 ranks ({expected})" in job.output, job.output
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["world_size"], summary["controller"], summary["epochs"]) == (2, "gloo", 1)
+    assert (summary["world_size"], summary["controller"], summary["epochs"]) == (2, expected, 1)
 
 
 def test_slurm_refuses_to_run_outside_an_allocation():
