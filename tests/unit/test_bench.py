@@ -462,3 +462,20 @@ def check_input(result: dict, markdown: str) -> None:
         assert r["ratio"] > 0 and r["meets_goal"] == (r["ratio"] >= input_bench.GOAL)
     assert result["threads"] == 1 and len(result["cores"]) == 1   # one rank's budget
     assert "| mlp | 8x8x1, 32 | images |" in markdown
+
+
+def test_time_to_95_verdicts_are_per_round_ratios_with_their_spread():
+    def rows(ours: list, single: list) -> dict:
+        return {"results": [
+            {"system": "hvdtrain", "rounds": [{"seconds_to_95": s} for s in ours]},
+            {"system": "single", "rounds": [{"seconds_to_95": s} for s in single]},
+            {"system": "mwms", "unavailable": "keras#20585"}]}
+    faster, mwms = peers.time_verdicts(rows([1.0, 1.1, 0.9], [2.0, 2.2, 1.8]))
+    assert faster.endswith("(3 of 3 rounds): 0.5000 (spread 0.0%): meets <= 1"), faster
+    assert mwms == "hvdtrain against mwms: mwms not run"
+    # Controls: slower in every round misses; rounds that disagree are noise, whatever the
+    # median; a round where one side never reached 95% is left out, and said so.
+    assert peers.time_verdicts(rows([2.0, 2.0], [1.0, 1.0]))[0].endswith("misses <= 1")
+    noisy = peers.time_verdicts(rows([1.0, 1.0, 1.0], [2.0, 1.2, 0.8]))[0]
+    assert noisy.endswith("noise: does not count"), noisy
+    assert "(1 of 2 rounds)" in peers.time_verdicts(rows([1.0, None], [2.0, 2.0]))[0]
