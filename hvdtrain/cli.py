@@ -62,6 +62,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 def main() -> None:
     """The ``hvdtrain`` entry point: runs the command line and ends the process with its exit
     status (launching.end_rank, without TensorFlow's teardown)."""
+    launching.whole_lines()
     launching.end_rank(run())
 
 

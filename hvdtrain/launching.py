@@ -125,6 +125,17 @@ def load_tensorflow() -> None:
         sys.meta_path.remove(hold_back)
 
 
+def whole_lines() -> None:
+    """stdout and stderr written a whole line at a time. Under PYTHONUNBUFFERED (set by many
+    images and by horovodrun --gloo) print() writes its text and then its newline, and mpirun
+    --tag-output tags each write it reads: an epoch line then ended with the next line's tag.
+    Line buffering keeps every line on time, in one write."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:  # a replaced stream (pytest's capture) may have none
+            reconfigure(line_buffering=True, write_through=False)
+
+
 def end_rank(status: int = 0) -> NoReturn:
     """Ends a process whose work is done, or that stopped on a user error with its one line
     printed, with ``status`` and without Python's teardown of TensorFlow's modules, which takes

@@ -96,6 +96,7 @@ def rank_entry(argv: Sequence[str], rank_main: Callable[[dict], None], module: s
     """The ``__main__`` of a benchmark module: ``python -m MODULE rank OPTIONS_JSON`` runs one
     rank of a measured job (see ``rank_argv``)."""
     if len(argv) == 3 and argv[1] == "rank":
+        launching.whole_lines()
         launching.load_tensorflow()
         rank_main(json.loads(argv[2]))
         launching.end_rank()

@@ -105,8 +105,11 @@ STDOUT_TAG = {"gloo": "[{rank}]<stdout>:", "mpi": "[1,{rank}]<stdout>:"}
 
 def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     run_dir = tmp_path / "digits"
+    # PYTHONUNBUFFERED, as many images set it: print() then writes a line's text and its
+    # newline apart, and mpirun's --tag-output tagged each write (launching.whole_lines).
     job = launch(launcher, 2, hvdtrain("train", "--preset", "digits", "--epochs", "5",
-                                       "--run-dir", str(run_dir)), tag_output=True)
+                                       "--run-dir", str(run_dir)), tag_output=True,
+                 env={"PYTHONUNBUFFERED": "1"})
     assert_ok(job, "hvdtrain train")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["epochs"] == 5
@@ -123,6 +126,9 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert all(line.startswith(rank0) for line in job.output.splitlines()
                if re.search(r"epoch +\d+/5 +loss", line)), job.output
     assert rank1 not in job.output, job.output
+    # Whole lines: a launcher's tag starts a line, never ends one.
+    assert not [line for line in job.output.splitlines()
+                if re.search(r".\[(1,)?\d+\]<std(out|err)>:", line)], job.output
     # The launch defaults (0.2 ms cycle) in rank 0's banner: nothing else set them.
     assert f"{rank0}  horovod fusion 128 MB, cycle 0.2 ms, autotune off, timeline off" \
         in job.output.splitlines(), job.output
