@@ -32,6 +32,11 @@ TENSORFLOW_PIN = "tensorflow-cpu>=2.15,<2.22"
 XLA_PATCH, XLA_PATCH_FROM = "horovod-0.28.1-xla-headers-gpu-only.patch", (2, 19)
 # horovodrun's build check without importing TensorFlow: seconds off every launch.
 LAUNCHER_PATCH = "horovod-0.28.1-fast-build-check.patch"
+# horovodrun's patches in the order they apply, each with a line of its that tells it is in
+# (an install patched before the second one existed takes it at the next setup).
+LAUNCHER_PATCHES = ((LAUNCHER_PATCH, "def _library_only("),
+                    ("horovod-0.28.1-quiet-build-check.patch",
+                     "hvdtrain's patch: the C++ libraries write to the file descriptors"))
 BUILD_ENV = {  # Horovod's build switches: TensorFlow ops, both controllers, no other framework
     "HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1",
     "HOROVOD_WITHOUT_PYTORCH": "1", "HOROVOD_WITHOUT_MXNET": "1"}
@@ -171,12 +176,15 @@ def _horovod_site() -> Path:
 
 
 def patch_launcher() -> bool:
-    """horovodrun's fast build check, once per install; True when it was applied now."""
+    """horovodrun's fast and quiet build check (LAUNCHER_PATCHES), each patch once per
+    install; True when one was applied now."""
     site = _horovod_site()
-    if "_library_only" in (site / "horovod" / "common" / "util.py").read_text():
-        return False
-    _patch(LAUNCHER_PATCH, site)
-    return True
+    applied = False
+    for patch, marker in LAUNCHER_PATCHES:
+        if marker not in (site / "horovod" / "common" / "util.py").read_text():
+            _patch(patch, site)
+            applied = True
+    return applied
 
 
 def build(tensorflow: str, say: Callable[[str], None]) -> None:
@@ -220,7 +228,7 @@ def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
         applied = not dry_run and patch_launcher()
         say(f"horovod {installed} is built for TensorFlow {tensorflow} with MPI and Gloo and "
             f"its ops load: nothing to build"
-            f"{' (horovodrun patched: ' + LAUNCHER_PATCH + ')' if applied else ''}")
+            f"{' (horovodrun patched)' if applied else ''}")
         return 0
     say(f"horovod needs a build: {problem}")
     if dry_run:

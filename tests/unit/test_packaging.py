@@ -28,7 +28,8 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
         archive.extractall(tmp_path / "site")
     for shipped in ("run_scripts/local.sh", "run_scripts/slurm.sbatch",
                     "patches/horovod-0.28.1-xla-headers-gpu-only.patch",
-                    "patches/horovod-0.28.1-fast-build-check.patch", "docs/cluster.md"):
+                    "patches/horovod-0.28.1-fast-build-check.patch",
+                    "patches/horovod-0.28.1-quiet-build-check.patch", "docs/cluster.md"):
         assert f"hvdtrain/shipped/{shipped}" in names, sorted(names)
     required = [line.split(":", 1)[1].strip() for line in metadata.splitlines()
                 if line.startswith("Requires-Dist:") and "extra ==" not in line]

@@ -67,3 +67,26 @@ def test_horovodrun_build_check_answers_from_the_library_without_tensorflow():
     _python("from horovod.common import util\n"
             "assert util._library_only('tensorflow', 'built') is None\n"
             "assert util._library_only('torch', 'built with MPI') is None")
+
+
+CHECKED_QUIETLY = """
+import os, sys
+from horovod.common import util
+def built(ext):
+    os.write(2, b"a C++ line on file descriptor 2\\n")  # as TensorFlow 2.21's oneDNN line
+    return ext.gloo_built()
+print(util._check_extension_lambda('tensorflow', built, 'built with Gloo', {verbose}))
+"""
+
+
+def test_horovodrun_build_check_mutes_what_libraries_write_to_the_descriptors():
+    # scripts/patches/horovod-0.28.1-quiet-build-check.patch: every horovodrun printed
+    # TensorFlow 2.21's oneDNN line, which its library writes to fd 2 as it loads.
+    quiet = subprocess.run([sys.executable, "-c", CHECKED_QUIETLY.format(verbose=False)],
+                           capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and quiet.stdout.strip() == "True", quiet.stderr[-2000:]
+    assert "C++ line" not in quiet.stderr, quiet.stderr
+    # Control: a verbose check is not muted, so the line does reach fd 2 from that process.
+    loud = subprocess.run([sys.executable, "-c", CHECKED_QUIETLY.format(verbose=True)],
+                          capture_output=True, text=True, timeout=120)
+    assert "a C++ line on file descriptor 2" in loud.stderr, loud.stderr
