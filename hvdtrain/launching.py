@@ -129,7 +129,8 @@ def whole_lines() -> None:
     """stdout and stderr written a whole line at a time. Under PYTHONUNBUFFERED (set by many
     images and by horovodrun --gloo) print() writes its text and then its newline, and mpirun
     --tag-output tags each write it reads: an epoch line then ended with the next line's tag.
-    Line buffering keeps every line on time, in one write."""
+    Line buffering keeps every line on time, in one write. (One print() of several lines still
+    writes the last newline apart: print them a line at a time.)"""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:  # a replaced stream (pytest's capture) may have none

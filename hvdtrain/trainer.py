@@ -57,9 +57,12 @@ class Trainer:
         self.world_sizes: list[int] = []  # elastic: the world size of each (re)start
 
     def say(self, message: str) -> None:
-        """Prints ``message`` on rank 0 only."""
+        """Prints ``message`` on rank 0 only, a line at a time: print() of several lines writes
+        the last one's newline apart, which mpirun --tag-output would tag (see
+        launching.whole_lines)."""
         if self.world.is_chief:
-            print(message, flush=True)
+            for line in message.splitlines():
+                print(line, flush=True)
 
     # -----------------------------------------------------------------------------------------
     def train(self) -> dict:
