@@ -32,8 +32,8 @@ TENSORFLOW_PIN = "tensorflow-cpu>=2.15,<2.22"
 XLA_PATCH, XLA_PATCH_FROM = "horovod-0.28.1-xla-headers-gpu-only.patch", (2, 19)
 # horovodrun's build check without importing TensorFlow: seconds off every launch.
 LAUNCHER_PATCH = "horovod-0.28.1-fast-build-check.patch"
-# horovodrun's patches in the order they apply, each with a line of its that tells it is in
-# (an install patched before the second one existed takes it at the next setup).
+# horovodrun's patches in the order they apply, each with a line only it adds, which shows it
+# is applied (an install patched before the second one existed takes it at the next setup).
 LAUNCHER_PATCHES = ((LAUNCHER_PATCH, "def _library_only("),
                     ("horovod-0.28.1-quiet-build-check.patch",
                      "hvdtrain's patch: the C++ libraries write to the file descriptors"))

@@ -54,11 +54,12 @@ _ABSL_NOTICE = (b"WARNING: All log messages before absl::InitializeLog() is call
 _CONTINUED = b"To enable the following instructions: "  # the CPU-features message's second line
 
 
-def below_log_level(lines: list[bytes], min_level: int) -> list[bool]:
+def below_log_level(lines: list[bytes], min_level: int, previous: bool = False) -> list[bool]:
     """For each line TensorFlow's import wrote to stderr: whether it is absl's chatter below
     ``min_level`` (TF_CPP_MIN_LOG_LEVEL: 0 info, 1 warnings, 2 errors), to be dropped. Anything
-    else (Python's warnings, tracebacks, lines at or above the level) is kept."""
-    dropped, previous = [], False
+    else (Python's warnings, tracebacks, lines at or above the level) is kept. ``previous``:
+    whether the line before ``lines`` was dropped (a message's second line follows it)."""
+    dropped = []
     for line in lines:
         match = _ABSL_LINE.match(line)
         if match:
@@ -87,10 +88,8 @@ def tensorflow_chatter_dropped(min_level: int) -> Iterator[None]:
         while chunk := os.read(read_end, 65536):
             *lines, pending = (pending + chunk).split(b"\n")
             lines = [line + b"\n" for line in lines]
-            drops = below_log_level(lines, min_level)
-            if lines:
-                drops[0] = drops[0] or (previous and lines[0].startswith(_CONTINUED))
-                previous = drops[-1]
+            drops = below_log_level(lines, min_level, previous)
+            previous = drops[-1] if drops else previous
             os.write(forward_to, b"".join(line for line, drop in zip(lines, drops) if not drop))
         os.write(forward_to, pending)
         os.close(read_end)

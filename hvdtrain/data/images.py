@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from hvdtrain.data import sharding
 from hvdtrain.data.tfdata import (TrainStream, gathered_train, indexed_train, keeps_in_memory,
-                             with_thread_budget)
+                                  with_thread_budget)
 from hvdtrain.errors import UserError
 
 # The first bytes of the formats decoded here (tf.io.decode_image also reads GIF and BMP, but

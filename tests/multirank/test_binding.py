@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from helpers import (EXACT, TESTS, assert_ok, assert_same_training, hvdtrain, importable_from,
-                     keras_major, largest_difference, launch)
+                     keras_major, largest_difference, launch, weights)
 
 WORKER = TESTS / "binding_worker.py"
 
@@ -26,10 +26,7 @@ def run_cases(np_: int, out: Path, *args: str) -> tuple[dict[str, list[list[np.n
     assert_ok(job, f"the binding's cases at {np_} ranks")
     cases: dict[str, list[list[np.ndarray]]] = {}
     for path in sorted(out.glob("*.rank*.npz")):
-        case = path.name.split(".")[0]
-        with np.load(path) as f:
-            arrays = [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
-        cases.setdefault(case, []).append(arrays)
+        cases.setdefault(path.name.split(".")[0], []).append(weights(path))
     checks = [json.loads(path.read_text()) for path in sorted(out.glob("checks.rank*.json"))]
     return cases, checks
 

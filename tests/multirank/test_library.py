@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import ROOT, assert_ok, launch
+from helpers import ROOT, assert_ok, largest_difference, launch, weights
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
@@ -53,8 +53,7 @@ def run_example(launcher: str, tmp_path: Path, *extra: str, example: str | None 
     assert_ok(job, f"the README's example under {launcher}")
     ends = []
     for rank in range(ranks):
-        with np.load(out / f"rank{rank}.npz") as f:
-            ends.append([f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))])
+        ends.append(weights(out / f"rank{rank}.npz"))
     return ends
 
 
@@ -73,7 +72,7 @@ def test_the_readme_example_trains_identical_ranks(launcher, without_allreduce, 
     assert '"accuracy"' in history
     # Control: without the all-reduce the ranks start alike (broadcast) but drift apart.
     plain0, plain1 = without_allreduce
-    assert max(np.abs(a - b).max() for a, b in zip(plain0, plain1)) > 1e-3
+    assert largest_difference(plain0, plain1) > 1e-3
 
 
 # Keras 2 never turns XLA on by itself; the refusal is the Keras 3 binding's.
@@ -112,8 +111,8 @@ def test_the_readme_example_averages_the_gradients(tmp_path):
     two = run_example("mpi", tmp_path / "two", example=same_batches(32, 0.1))
     one, summed = (run_example("single", tmp_path / name, example=same_batches(64, lr),
                                ranks=1)[0] for name, lr in (("one", 0.1), ("summed", 0.2)))
-    gap = lambda a, b: max(np.abs(x - y).max() for x, y in zip(a, b))
-    alike, close, far = gap(two[0], two[1]), gap(two[0], one), gap(summed, one)
+    alike, close, far = (largest_difference(two[0], two[1]), largest_difference(two[0], one),
+                         largest_difference(summed, one))
     print(f"2 x 32 vs 1 x 64: {close:.1e}; summed vs 1 x 64: {far:.1e}")
     assert alike == 0 and close < 1e-5, (alike, close)
     assert far > 1e-2, far

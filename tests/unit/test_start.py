@@ -154,6 +154,9 @@ def test_tensorflow_chatter_below_the_log_level_is_dropped():
     # Controls: at level 1 the warning stays, at level 0 (the user asked) nothing goes.
     assert launching.below_log_level(lines, 1) == dropped + [False] + [False] * len(KEPT)
     assert not any(launching.below_log_level(lines, 0))
+    # A message's second line read apart from its first (another chunk of the pipe).
+    assert launching.below_log_level([CHATTER[3]], 2, previous=True) == [True]
+    assert launching.below_log_level([CHATTER[3]], 2, previous=False) == [False]
     # Through file descriptor 2, as TensorFlow's C++ writes it, in a fresh process.
     for level, expected in ((2, KEPT), (0, lines)):
         done = subprocess.run([sys.executable, "-c", WRITES_TO_FD_2, str(level),
