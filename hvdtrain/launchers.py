@@ -69,7 +69,13 @@ def mpi_cmd_env(ranks: int, argv: Sequence[str], options: Options) -> CommandEnv
     else:
         binding = ["--bind-to", "core", "--map-by", "core"] if options.bind_to_core else []
     tag = ["--tag-output"] if options.tag_output else []
-    return [mpirun, *tag, "-np", str(ranks), *binding, *argv], launch_env(options.env)
+    # A failed job's other ranks are killed at once, not after Open MPI's default second:
+    # SIGTERM would end hvdtrain's ranks as abruptly (they handle no signal, and a checkpoint
+    # is written whole or not at all), so the second was only a wait at the end of every job
+    # that stopped on an error.
+    teardown = ["--mca", "odls_base_sigkill_timeout", "0"]
+    return ([mpirun, *tag, "-np", str(ranks), *binding, *teardown, *argv],
+            launch_env(options.env))
 
 
 def gloo_cmd_env(ranks: int, argv: Sequence[str], options: Options) -> CommandEnv:

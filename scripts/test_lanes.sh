@@ -6,9 +6,13 @@
 # Alone, a lane leaves a core idle part of the time (start-up waits, one-process steps, the
 # launchers' teardown; benchmarks/results/test_lanes.md), so two lanes run side by side:
 #   main    the main stack's multi-rank tests
-#   beside  the other stack's lane (its core but the `one_stack` cases, and its unit tests),
+#   beside  the other stack's lane (its core and its unit tests but the `one_stack` ones),
 #           then the main stack's unit tests and the tests marked `beside` (test_faults.py
 #           and a few refusals), its output held back and shown once it ends
+# A test under both launchers runs under one on the other stack; on the main stack, where the
+# tests of the launchers' own behaviour run under both, so do all but those marked
+# `either_launcher`, which take the launcher the other stack's lane does not
+# (--launcher-turns, tests/conftest.py).
 # The tests marked `alone` (the SLURM tests) run last, with nothing beside them. The exit
 # status is 1 if any lane failed.
 set -uo pipefail
@@ -33,13 +37,13 @@ beside_lane() {
     local status=0 done
     if [ -n "$other_venv" ]; then
         echo "== $other_venv: the correctness core and the unit tests, one launcher per test"
-        lane "$other_venv" -m "(core and not one_stack) or not multirank" --launcher-turns
+        lane "$other_venv" -m "(core or not multirank) and not one_stack" --launcher-turns other
         done=$?
         ended "$done" || return "$done"
         status=$done
     fi
     echo "== $main_venv: the unit tests and the tests marked beside"
-    lane "$main_venv" -m "$BESIDE"
+    lane "$main_venv" -m "$BESIDE" --launcher-turns main
     done=$?
     ended "$done" || return "$done"
     return $((status | done))
@@ -60,7 +64,7 @@ set +m
 trap stop_beside EXIT
 
 echo "== $main_venv: the multi-rank tests (the beside lane's output follows)"
-lane "$main_venv" -m "$MAIN"
+lane "$main_venv" -m "$MAIN" --launcher-turns main
 main=$?
 ended "$main" || exit "$main"
 status=$main

@@ -5,8 +5,8 @@ test files import (jobs, checks, data) are in helpers.py.
 """
 from __future__ import annotations
 
-import itertools
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
@@ -21,9 +21,10 @@ def pytest_configure(config) -> None:
 
 def pytest_addoption(parser) -> None:
     parser.addoption(
-        "--launcher-turns", action="store_true",
-        help="a test that runs under both launchers runs under one, the launchers taking turns "
-             "from test to test (make test's lane on the other stack: the main lane runs both)")
+        "--launcher-turns", choices=TURNS, default=None,
+        help="main: a test marked either_launcher runs under one launcher; other: every test "
+             "that runs under both launchers runs under one, the one main does not pick for it "
+             "(make test's lanes on the main and the other stack; without it, both)")
 
 
 def deselect(config, items, dropped) -> None:
@@ -36,23 +37,35 @@ def deselect(config, items, dropped) -> None:
 def pytest_collection_modifyitems(config, items) -> None:
     if keras_major() < 3:   # what applies to one stack is deselected on the other
         deselect(config, items, {i.nodeid for i in items if "keras3_only" in i.keywords})
-    if not config.getoption("--launcher-turns"):
+    turns = config.getoption("--launcher-turns")
+    if turns is None:
         return
-    alike: dict[tuple, list] = {}   # the same test and parameters but for the launcher
+    alike: dict[str, list] = {}   # the same test and parameters but for the launcher
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = dict(callspec.params) if callspec else {}
         if params.pop("launcher", None) in LAUNCHERS:
-            key = (item.module.__name__, item.originalname, repr(sorted(params.items())))
+            key = f"{item.module.__name__}::{item.originalname}{sorted(params.items())!r}"
             alike.setdefault(key, []).append(item)
-    turns = itertools.cycle(LAUNCHERS)
     left_out = set()
-    for group in alike.values():
-        if len(group) > 1:
-            chosen = next(turns)
-            left_out |= {item.nodeid for item in group
-                         if item.callspec.params["launcher"] != chosen}
+    for key, group in alike.items():
+        if len(group) < 2 or (turns == "main" and "either_launcher" not in group[0].keywords):
+            continue
+        chosen = launcher_for(key, turns)
+        left_out |= {item.nodeid for item in group
+                     if item.callspec.params["launcher"] != chosen}
     deselect(config, items, left_out)
+
+
+TURNS = ("main", "other")
+
+
+def launcher_for(key: str, turns: str) -> str:
+    """The one launcher a test (``key``: its module, name and parameters but the launcher)
+    runs under in the lane ``turns``: a fixed pick per test, so the launchers take turns from
+    test to test, and the other stack's lane takes the launcher the main lane does not."""
+    pick = zlib.crc32(key.encode()) % len(LAUNCHERS)
+    return LAUNCHERS[pick if turns == "main" else (pick + 1) % len(LAUNCHERS)]
 
 
 @pytest.fixture(params=LAUNCHERS)

@@ -55,7 +55,7 @@ class Plan:
 
 
 FULL = Plan(("digits", "digits-mlp", "synthetic-resnet", "synthetic-mobilenetv2"), 1797, 2.0, 3)
-QUICK = Plan(("digits-mlp",), 600, 0.5, 2)
+QUICK = Plan(("digits-mlp",), 600, 0.2, 2)
 
 
 # ---------------------------------------------------------------------------------------------

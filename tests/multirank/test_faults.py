@@ -349,6 +349,7 @@ def resume_that_fails(launcher: str, trained: Path, run_dir: Path, expected: str
     return assert_stopped_with_one_line(job, launcher, expected), before, snapshot(run_dir)
 
 
+@pytest.mark.either_launcher
 def test_a_diverging_loss_stops_and_keeps_the_last_good_checkpoint(launcher, two_epochs,
                                                                    tmp_path):
     error, before, after = resume_that_fails(launcher, two_epochs, tmp_path / "run",
@@ -364,6 +365,7 @@ def test_a_diverging_loss_stops_and_keeps_the_last_good_checkpoint(launcher, two
     assert config["optim"]["lr"] == 1e6 and resumed_config != before["config.json"]
 
 
+@pytest.mark.either_launcher
 def test_a_full_run_dir_stops_every_rank_and_keeps_the_checkpoints(launcher, small_disk):
     # 200 KiB: the config and the first checkpoints fit, the disk fills a few epochs later.
     disk = small_disk("200k")
@@ -378,6 +380,7 @@ def test_a_full_run_dir_stops_every_rank_and_keeps_the_checkpoints(launcher, sma
     assert checkpoints.latest(run_dir)[0] == len(names)
 
 
+@pytest.mark.either_launcher
 def test_a_read_only_run_dir_is_refused_before_training(launcher, small_disk):
     disk = small_disk("1m", "ro")
     job = launch(launcher, 2, hvdtrain("train", *QUICK, "--run-dir", str(disk / "run")))
@@ -385,6 +388,7 @@ def test_a_read_only_run_dir_is_refused_before_training(launcher, small_disk):
         job, launcher, f"cannot create run dir {disk / 'run'}: Read-only file system")
 
 
+@pytest.mark.either_launcher
 def test_ranks_started_with_different_configs_are_stopped(launcher, tmp_path):
     # A config file that differs between hosts, played here by each rank's own lr.
     rank = "${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}"
@@ -396,6 +400,7 @@ def test_ranks_started_with_different_configs_are_stopped(launcher, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.either_launcher
 def test_a_checkpoint_of_another_model_is_refused(launcher, two_epochs, tmp_path):
     _, before, after = resume_that_fails(launcher, two_epochs, tmp_path / "run",
                                          "does not fit this model and optimizer",

@@ -63,6 +63,7 @@ def without_allreduce(tmp_path_factory) -> list[list[np.ndarray]]:
     return run_example("mpi", tmp_path_factory.mktemp("control"), "--no-allreduce")
 
 
+@pytest.mark.either_launcher
 def test_the_readme_example_trains_identical_ranks(launcher, without_allreduce, tmp_path):
     rank0, rank1 = run_example(launcher, tmp_path)
     assert len(rank0) == len(rank1) > 0

@@ -30,7 +30,9 @@ def mixed_run(out: Path, launcher: str, ranks: int, batch: int, *extra: str):
     return [weights(out / f"rank{r}.npz") for r in range(ranks)]
 
 
-def test_mixed_float16_two_ranks_equal_one_rank_at_twice_the_batch_on_both_loops(tmp_path):
+def test_mixed_float16_two_ranks_equal_one_rank_at_twice_the_batch(tmp_path):
+    # The custom loop; fit under mixed_float16 is held to it at 2 ranks through the CLI
+    # (test_custom_loop.test_mixed_float16_trains_digits_through_the_cli).
     two = mixed_run(tmp_path / "two", "mpi", 2, 16, "--perturb-nonroot")
     assert largest_difference(two[0], two[1]) == 0     # every rank holds the same model
     (one,) = mixed_run(tmp_path / "one", "single", 1, 32)
@@ -42,14 +44,6 @@ def test_mixed_float16_two_ranks_equal_one_rank_at_twice_the_batch_on_both_loops
     close, far = relative_distance(two[0], one), relative_distance(alone[0], one)
     print(f"mixed_float16, 2 x 16 vs 1 x 32: {close:.2e}; without the all-reduce: {far:.2e}")
     assert close < 0.01 and far > 10 * close, (close, far)
-    # fit under mixed_float16 (the same config but the loop) ends where the custom loop ends,
-    # every rank alike, ten times closer than the control without the all-reduce.
-    fit = mixed_run(tmp_path / "fit", "mpi", 2, 16, "--perturb-nonroot",
-                    "--set", "train.loop=fit")
-    assert largest_difference(fit[0], fit[1]) == 0
-    loops = relative_distance(fit[0], two[0])
-    print(f"mixed_float16, fit vs the custom loop at 2 x 16: {loops:.2e}")
-    assert loops < 0.01 and relative_distance(alone[0], two[0]) > 10 * loops, loops
 
 
 # One rank's activations become inf for one step (step 3 of rank 1): its loss and gradients are

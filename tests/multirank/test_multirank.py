@@ -72,6 +72,7 @@ def plain_sgd_references(tmp_path_factory) -> dict[str, list[np.ndarray]]:
             for name, run in runs.items()}
 
 
+@pytest.mark.either_launcher
 def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(launcher, plain_sgd_references,
                                                               tmp_path):
     two_ranks = plain_sgd_run(tmp_path, launcher, 2, 16, "--perturb-nonroot")
@@ -175,6 +176,7 @@ def four_straight_epochs(tmp_path_factory) -> Path:
     return straight
 
 
+@pytest.mark.either_launcher
 def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(launcher, four_straight_epochs,
                                                                tmp_path):
     resumed = tmp_path / "resumed"

@@ -20,6 +20,8 @@ from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import SORTED, write_digits
 from hvdtrain.errors import UserError
 
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
+
 N = 80
 
 

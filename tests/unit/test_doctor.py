@@ -14,6 +14,8 @@ import pytest
 from helpers import BIN, ROOT, launcher_env, run_job, skip_unless_optional
 from hvdtrain import doctor, horovod_install
 
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
+
 HOROVOD = Path(horovod_install.importlib.util.find_spec("horovod").origin).parent
 # The other stack's venv: its Horovod was compiled against another TensorFlow than this one.
 OTHER_VENV = ROOT / (".venv-keras2" if importlib.metadata.version("keras").startswith("3")

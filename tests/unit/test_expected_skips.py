@@ -9,6 +9,8 @@ import pytest
 
 import helpers
 
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
+
 CASES = [  # (CI, HVDTRAIN_EXPECT_ROOT_TESTS, euid) -> expected to run the root-only tests
     (("true", None, 0), True),
     (("1", None, 0), True),

@@ -14,6 +14,8 @@ import pytest
 
 from helpers import Job, JobTimedOut, run_job
 
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
+
 
 def leaves_its_session(marker: str) -> list[str]:
     """A job that starts a process in a session of its own, says so, then falls silent."""

@@ -1,6 +1,8 @@
-"""conftest's collection hook: --launcher-turns (make test's lane on the other stack), where a
-test that runs under both launchers runs under exactly one of them, the launchers take turns,
-and nothing else is left out; and the keras3_only tests, deselected (not skipped) on Keras 2."""
+"""conftest's collection hook: --launcher-turns other (make test's lane on the other stack),
+where a test that runs under both launchers runs under exactly one of them, the launchers take
+turns, and nothing else is left out; --launcher-turns main (the main stack's lanes), where only
+the tests marked either_launcher do, each under the launcher the other lane leaves out; and the
+keras3_only tests, deselected (not skipped) on Keras 2."""
 from __future__ import annotations
 
 import re
@@ -8,11 +10,15 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 import conftest
 from helpers import LAUNCHERS, ROOT
 
-# Tests under both launchers (some with one fixture for both), bad-input cases under both and
-# under one: every kind of case the option meets.
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
+
+# Tests under both launchers (some with one fixture for both, some marked either_launcher),
+# bad-input cases under both and under one: every kind of case the option meets.
 FILES = ["tests/multirank/test_multirank.py", "tests/multirank/test_library.py"]
 LAUNCHER_IN_ID = re.compile(rf"(?<=[\[-])({'|'.join(LAUNCHERS)})(?=[\]-])")
 
@@ -26,7 +32,7 @@ def collected(*args: str) -> set[str]:
 
 
 def test_each_test_under_both_launchers_runs_under_one_of_them_in_turn():
-    both, turns = collected(), collected("--launcher-turns")
+    both, turns = collected(), collected("--launcher-turns", "other")
     left_out = both - turns
     assert turns <= both and left_out
     twin = {nodeid: LAUNCHER_IN_ID.sub("*", nodeid) for nodeid in both}
@@ -41,6 +47,19 @@ def test_each_test_under_both_launchers_runs_under_one_of_them_in_turn():
         assert any(launcher in LAUNCHER_IN_ID.findall(n) for n in kept_of_pairs), launcher
 
 
+def test_the_main_lanes_leave_out_only_either_launcher_tests_and_under_the_other_launcher():
+    both, main, other = (collected(), collected("--launcher-turns", "main"),
+                         collected("--launcher-turns", "other"))
+    marked = collected("-m", "either_launcher")
+    left_out = both - main
+    assert left_out and left_out <= marked            # only the marked tests lose a launcher
+    assert main - marked == both - marked              # the rest keep both (the control)
+    twin = {nodeid: LAUNCHER_IN_ID.sub("*", nodeid) for nodeid in both}
+    for nodeid in main & marked:
+        assert sum(twin[n] == twin[nodeid] for n in main) == 1, nodeid   # one launcher each,
+        assert nodeid not in other, nodeid          # and the other stack's lane takes the other
+
+
 class Collected:
     """What the hook sees of pytest's config: no --launcher-turns, and a deselected report."""
     def __init__(self) -> None:
@@ -48,8 +67,8 @@ class Collected:
         self.hook = SimpleNamespace(pytest_deselected=lambda items: self.deselected.extend(
             i.nodeid for i in items))
 
-    def getoption(self, name: str) -> bool:
-        return False
+    def getoption(self, name: str) -> None:
+        return None
 
 
 def test_keras3_only_tests_are_deselected_on_keras2_and_kept_on_keras3(monkeypatch):

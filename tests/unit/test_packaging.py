@@ -8,7 +8,11 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from helpers import ROOT, launcher_env, run_job
+
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 
 

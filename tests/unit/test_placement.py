@@ -2,7 +2,11 @@
 rank, and the multi-host Gloo host-name check."""
 from __future__ import annotations
 
+import pytest
+
 from hvdtrain import placement
+
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 
 def test_threads_per_rank():

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from hvdtrain import rank_env
 from hvdtrain.config import HorovodConfig
+
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 STALL = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
 

@@ -10,7 +10,9 @@ import subprocess
 import pytest
 
 from helpers import ROOT, assert_ok, launcher_env, run_job
-from hvdtrain import __version__, launching
+from hvdtrain import __version__, launchers, launching
+
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 SCRIPTS = ROOT / "run_scripts"
 ALL = ["local.sh", "mpirun_hostfile.sh", "slurm.sbatch", "elastic.sh", "discover_hosts.sh"]
@@ -231,3 +233,12 @@ def test_discover_hosts_prints_nothing_for_a_bad_file(tmp_path, text, words):
 def test_discover_hosts_needs_a_readable_file(tmp_path):
     assert_refused(script("discover_hosts.sh", str(tmp_path / "nope")), "does not exist")
     assert_refused(script("discover_hosts.sh", env={"HVDTRAIN_HOSTS_FILE": ""}), "no hosts file")
+
+
+def test_the_mpirun_hvdtrain_starts_kills_a_failed_jobs_other_ranks_at_once():
+    # hvdtrain's own launches (bench, doctor, the tests' jobs): Open MPI's default waits a
+    # second between the SIGTERM and the SIGKILL of the ranks left when one fails.
+    command = launchers.launch_command("mpi", 2, ["hvdtrain", "train"])
+    at = command.index("odls_base_sigkill_timeout")
+    assert command[at - 1:at + 2] == ["--mca", "odls_base_sigkill_timeout", "0"]
+    assert command.index("-np") < at < command.index("hvdtrain")   # mpirun's, not the rank's

@@ -7,6 +7,8 @@ import pytest
 
 from hvdtrain import schedules
 
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
+
 
 @pytest.mark.parametrize("size", [1, 2, 3, 8, 64])
 def test_scaling_rules(size):

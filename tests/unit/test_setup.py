@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT
+
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 
 def _fake_python(tmp_path: Path, version: str) -> Path:

@@ -6,6 +6,8 @@ import pytest
 
 from hvdtrain.data import sharding
 
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
+
 SIZES = [1, 2, 3, 4]
 SAMPLE_COUNTS = [1, 2, 3, 4, 5, 7, 8, 10, 31, 64, 100, 1437]
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT, TESTS
+
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 DOC = ROOT / "docs" / "testing.md"
 # `test_x.py`, `tests/test_x.py` or `tests/FOLDER/test_x.py`, optionally `::test_name` (a
