@@ -271,9 +271,11 @@ def run(out_dir: Path, *, models: Sequence[str], plan: Plan,
                 common.say(f"  {row['total_samples_per_sec']['median']:,.1f} samples/s total "
                            f"(spread {row['total_samples_per_sec']['spread']:.1%})")
             # The plain baseline: Keras fit with no Horovod, one process on one core, the
-            # same plan (bench tax's plain side; its interleaved rounds are bench tax's).
-            common.say(f"scaling: {name}, plain Keras fit (no Horovod, one core)...")
-            plain_fit[name], _ = tax.measure_plain(WORKLOADS[name], plan, Path(tmp))
+            # same plan (bench tax's plain side; its interleaved rounds are bench tax's). It
+            # is set beside the 1-rank row: without one, there is nothing to set it beside.
+            if 1 in plan.world_sizes:
+                common.say(f"scaling: {name}, plain Keras fit (no Horovod, one core)...")
+                plain_fit[name], _ = tax.measure_plain(WORKLOADS[name], plan, Path(tmp))
         add_efficiency(rows, plain_fit)
     result = {"benchmark": "scaling", "machine": machine, "plan": asdict(plan),
               "results": rows, "plain_fit_samples_per_sec": plain_fit,

@@ -410,6 +410,7 @@ def test_lr_scaling_and_warmup_at_two_ranks_follow_the_schedule(tmp_path):
 
 
 @pytest.mark.beside   # a refusal
+@pytest.mark.one_stack   # the world-size check is hvdtrain's, before the binding is used
 def test_adasum_on_three_ranks_stops_every_rank_before_training(tmp_path):
     # mpirun -np 3 (oversubscribed on 2 cores): a clear error, exit 2, no run directory.
     run_dir = tmp_path / "run"

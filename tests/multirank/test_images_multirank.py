@@ -20,7 +20,8 @@ from hvdtrain.data import records, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import SORTED, write_digit_tree, write_digits
 
-pytestmark = pytest.mark.multirank
+# No bound on time in any of them: make test runs them in the beside lane.
+pytestmark = [pytest.mark.multirank, pytest.mark.beside]
 
 BAR = 0.95  # the digits CNN after 5 epochs at 2 ranks (test_multirank, the array source)
 
@@ -92,7 +93,6 @@ cli.main()
 """
 
 
-@pytest.mark.beside   # no bound on time: off the critical path
 def test_three_ranks_read_disjoint_shares_of_every_source(digit_tree, tmp_path):
     """Image folders, TFRecord shards (7 files: not a multiple of 3) and the digits arrays, each
     at 3 ranks through `hvdtrain train` (one epoch), every rank recording what it reads."""
@@ -228,7 +228,6 @@ def test_bad_images_stop_every_rank_with_one_line(case, launcher, tmp_path):
 
 
 @pytest.mark.fault
-@pytest.mark.beside   # a rank lost mid-training: mostly the launcher's teardown
 @pytest.mark.either_launcher
 def test_with_verify_off_a_corrupt_image_is_named_when_first_read(launcher, tmp_path):
     args, expected = _bad(tmp_path / "data", "truncated jpeg")

@@ -303,10 +303,11 @@ BAD_INPUT = {
 # the problem in its data, every rank in building the model, rank 0 alone in the run directory.
 # Every other case (those before Horovod included) takes one launcher, in turn.
 WAYS_TO_STOP = ["missing file", "unknown model", "run dir in use"]
-# On the other stack (make test's beside lane) the same ways to stop, and TensorFlow's own
-# reader, whose version differs between the stacks: every other case differs in a check of
-# numpy or of the config, which the stacks share.
-ON_BOTH_STACKS = {*WAYS_TO_STOP, "truncated TFRecord"}
+# On the other stack (make test's beside lane) TensorFlow's own reader, whose version differs
+# between the stacks: every other case differs in a check of numpy or of the config, and the
+# ways to stop in how hvdtrain gathers the ranks' verdicts, which the stacks share (as they
+# share test_an_error_on_one_rank_only_stops_every_rank's).
+ON_BOTH_STACKS = {"truncated TFRecord"}
 BAD_INPUT_RUNS = [
     pytest.param(case, launcher, marks=[] if case in ON_BOTH_STACKS else [pytest.mark.one_stack])
     for case, launcher in launcher_turns(list(BAD_INPUT), under_both=WAYS_TO_STOP)]
@@ -345,6 +346,7 @@ def build(input_shape, num_classes):
 
 @pytest.mark.fault
 @pytest.mark.smoke
+@pytest.mark.one_stack   # hvdtrain gathers the ranks' verdicts alike on both stacks
 def test_an_error_on_one_rank_only_stops_every_rank(launcher, tmp_path):
     # Without gathering every rank's verdict, rank 0 would wait forever in its first collective.
     (tmp_path / "rank_one_fails.py").write_text(RANK_ONE_FAILS)

@@ -21,6 +21,9 @@ from hvdtrain.testing.digit_files import SORTED, digits_uint8, write_digit_tree
 
 SHAPE = (8, 8, 1)
 
+# No bound on time in any of them: make test runs the multi-rank ones in the beside lane.
+pytestmark = pytest.mark.beside
+
 
 # ---------------------------------------------------------------------------------------------
 # At 2 ranks under both launchers
