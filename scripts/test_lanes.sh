@@ -3,17 +3,16 @@
 #
 #   scripts/test_lanes.sh MAIN_VENV [OTHER_VENV]
 #
-# One lane alone leaves the cores idle part of the time (start-up waits, one-process steps, the
-# launchers' teardown; benchmarks/results/test_lanes.md), so three lanes run side by side:
+# Alone, a lane leaves a core idle part of the time (start-up waits, one-process steps, the
+# launchers' teardown; benchmarks/results/test_lanes.md), so two lanes run side by side:
 #   main    the main stack's multi-rank tests
-#   other   the other stack's lane (its core and its unit tests but the `one_stack` ones),
-#           then the main stack's unit tests
-#   beside  the main stack's multi-rank tests marked `beside` (test_faults.py, the image and
-#           predict files, a few refusals)
-# The last two lanes' output is held back and shown once the main lane ends. A test under both
-# launchers runs under one on the other stack; on the main stack, where the tests of the
-# launchers' own behaviour run under both, so do all but those marked `either_launcher`, which
-# take the launcher the other stack's lane does not (--launcher-turns, tests/conftest.py).
+#   beside  the other stack's lane (its core and its unit tests but the `one_stack` ones),
+#           then the main stack's unit tests and the tests marked `beside` (test_faults.py
+#           and a few refusals), its output held back and shown once it ends
+# A test under both launchers runs under one on the other stack; on the main stack, where the
+# tests of the launchers' own behaviour run under both, so do all but those marked
+# `either_launcher`, which take the launcher the other stack's lane does not
+# (--launcher-turns, tests/conftest.py).
 # The tests marked `alone` (the SLURM tests) run last, with nothing beside them. The exit
 # status is 1 if any lane failed.
 set -uo pipefail
@@ -22,8 +21,7 @@ cd "$(dirname "$0")/.."
 main_venv=$1
 other_venv=${2:-}
 MAIN='multirank and not beside and not alone'
-BESIDE='multirank and beside and not alone'
-UNIT='not multirank and not alone'
+BESIDE='(not multirank or beside) and not alone'
 
 lane() {  # VENV PYTEST_ARGS...: pytest with that venv's tools first on PATH
     local venv=$1
@@ -35,7 +33,7 @@ ended() {  # STATUS: true when pytest ran to its end (passed or failed), false i
     case $1 in 0|1) return 0 ;; *) return 1 ;; esac
 }
 
-other_lane() {
+beside_lane() {
     local status=0 done
     if [ -n "$other_venv" ]; then
         echo "== $other_venv: the correctness core and the unit tests, one launcher per test"
@@ -44,54 +42,36 @@ other_lane() {
         ended "$done" || return "$done"
         status=$done
     fi
-    echo "== $main_venv: the unit tests"
-    lane "$main_venv" -m "$UNIT"
+    echo "== $main_venv: the unit tests and the tests marked beside"
+    lane "$main_venv" -m "$BESIDE" --launcher-turns main
     done=$?
     ended "$done" || return "$done"
     return $((status | done))
 }
 
-beside_lane() {
-    echo "== $main_venv: the multi-rank tests marked beside"
-    lane "$main_venv" -m "$BESIDE" --launcher-turns main
+stop_beside() {  # an interrupted run: the beside lane ends its jobs as on Ctrl-C, then stops
+    if [ -n "$beside" ] && kill -INT -- "-$beside" 2>/dev/null; then
+        wait "$beside"
+        rm -f "$beside_log"
+    fi
 }
 
-pids=()
-logs=()
-stop_lanes() {  # an interrupted run: each lane ends its jobs as on Ctrl-C, then stops
-    local pid
-    for pid in "${pids[@]}"; do
-        kill -INT -- "-$pid" 2>/dev/null && wait "$pid"
-    done
-    rm -f "${logs[@]}"
-}
+beside_log=$(mktemp)
+set -m  # its own process group, where Ctrl-C (SIGINT) keeps its meaning
+beside_lane >"$beside_log" 2>&1 &
+beside=$!
+set +m
+trap stop_beside EXIT
 
-start_lane() {  # FUNCTION: runs it in its own process group, its output held in a file
-    local log
-    log=$(mktemp)
-    set -m  # its own process group, where Ctrl-C (SIGINT) keeps its meaning
-    "$1" >"$log" 2>&1 &
-    set +m
-    pids+=("$!")
-    logs+=("$log")
-}
-
-trap stop_lanes EXIT
-start_lane other_lane
-start_lane beside_lane
-
-echo "== $main_venv: the multi-rank tests (the other lanes' output follows)"
+echo "== $main_venv: the multi-rank tests (the beside lane's output follows)"
 lane "$main_venv" -m "$MAIN" --launcher-turns main
 main=$?
 ended "$main" || exit "$main"
 status=$main
-for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || status=1
-    cat "${logs[$i]}"
-done
-rm -f "${logs[@]}"
-pids=()
-logs=()
+wait "$beside" || status=1
+beside=""
+cat "$beside_log"
+rm -f "$beside_log"
 echo "== $main_venv: the tests that run alone"
 lane "$main_venv" -m alone || status=1
 exit "$status"

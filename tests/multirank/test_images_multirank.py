@@ -20,8 +20,7 @@ from hvdtrain.data import records, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import SORTED, write_digit_tree, write_digits
 
-# No bound on time in any of them: make test runs them in the beside lane.
-pytestmark = [pytest.mark.multirank, pytest.mark.beside]
+pytestmark = pytest.mark.multirank
 
 BAR = 0.95  # the digits CNN after 5 epochs at 2 ranks (test_multirank, the array source)
 
@@ -188,17 +187,6 @@ def _bad(root: Path, case: str) -> tuple[list[str], str]:
         jpeg = next(p for p in threes if p.suffix == ".jpg")
         jpeg.write_bytes(jpeg.read_bytes()[:-40])
         return images_args(train), f"image {jpeg} cannot be decoded"
-    if case == "not an image":
-        (train / "three" / "notes.txt").write_text("threes")
-        return images_args(train), f"{train / 'three' / 'notes.txt'} is not a JPEG or PNG"
-    if case == "empty class":
-        (train / "ten").mkdir()
-        return images_args(train), f"class folder {train / 'ten'} holds no images"
-    if case == "eval classes differ":
-        ev = root / "eval"
-        shutil.copytree(train, ev)
-        shutil.rmtree(ev / "seven")
-        return images_args(train, ev), f"eval folder {ev} lacks seven"
     if case == "fewer files than ranks":
         for extra in sorted((train / "two").iterdir())[1:]:
             extra.unlink()
@@ -210,10 +198,10 @@ def _bad(root: Path, case: str) -> tuple[list[str], str]:
 
 
 # Under both launchers: a file on one rank's share only (the other rank has no problem), and a
-# problem every rank finds.
-BAD_IMAGES_RUNS = launcher_turns(["truncated jpeg", "not an image", "empty class",
-                                  "eval classes differ", "fewer files than ranks",
-                                  "missing folder"],
+# problem every rank finds. The other messages of the image loader (not an image, an empty
+# class, eval classes that differ, ...) have their unit tests (test_images.py, through the same
+# sources.load); what a launch adds is here: the ways the ranks stop, and the world size.
+BAD_IMAGES_RUNS = launcher_turns(["truncated jpeg", "fewer files than ranks", "missing folder"],
                                  under_both=["truncated jpeg", "missing folder"])
 
 
@@ -228,6 +216,7 @@ def test_bad_images_stop_every_rank_with_one_line(case, launcher, tmp_path):
 
 
 @pytest.mark.fault
+@pytest.mark.beside   # a rank lost mid-training: mostly the launcher's teardown
 @pytest.mark.either_launcher
 def test_with_verify_off_a_corrupt_image_is_named_when_first_read(launcher, tmp_path):
     args, expected = _bad(tmp_path / "data", "truncated jpeg")
