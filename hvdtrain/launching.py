@@ -11,6 +11,7 @@ import atexit
 import importlib
 import importlib.abc
 import contextlib
+import gc
 import os
 import re
 import stat
@@ -116,12 +117,21 @@ def load_tensorflow() -> None:
         return
     hold_back = _HoldBack()
     sys.meta_path.insert(0, hold_back)
+    # Python's cyclic garbage collector runs again and again while TensorFlow's thousands of
+    # modules load, finding next to nothing (docs/stacks.md, "A rank's start"). It is off for
+    # the import, and what the import made, which lives as long as the process, is moved out of
+    # its sight (gc.freeze) so later collections skip it.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") or 0)
         with tensorflow_chatter_dropped(level):
             importlib.import_module("tensorflow")
     finally:
         sys.meta_path.remove(hold_back)
+        gc.freeze()
+        if collecting:
+            gc.enable()
 
 
 def whole_lines() -> None:

@@ -1,7 +1,7 @@
 """A 2-rank job's start, first step or exit: how Python, TensorFlow and Horovod do it by default
 against how hvdtrain does it, in interleaved rounds (usual, hvdtrain, usual, ...) on each stack.
 
-    python3 scripts/rank_overhead.py exit|start|autograph [--rounds 7] [--out benchmarks/results]
+    python3 scripts/rank_overhead.py exit|start|gc|autograph [--rounds 7] [--out benchmarks/results]
 
 Both sides run the same training under `mpirun -np 2`; hvdtrain's side is the `hvdtrain` entry
 point, the usual side the same work through `python -c`:
@@ -10,6 +10,8 @@ point, the usual side the same work through `python -c`:
   start  `... train --preset digits-mlp --epochs 1`: TensorFlow and scikit-learn's datasets
          imported the usual way first (what a digits rank did before launching.load_tensorflow
          and hvdtrain.data.sklearn_data) against hvdtrain's start; both exit the fast way.
+  gc     `... train --preset digits-mlp --epochs 1`: the garbage collector left on while
+         TensorFlow loads against load_tensorflow's (off, then gc.freeze).
   autograph  `... train --preset digits-mlp --loop custom --epochs 1`: autograph converting
          Horovod's Python wherever a traced step reaches it (dist.autograph_leaves_horovod_alone
          made a no-op) against hvdtrain's rule that leaves Horovod alone.
@@ -46,6 +48,11 @@ COMPARISONS = {
                         "import tensorflow, sklearn.datasets; from hvdtrain import cli; cli.main()",
                         "TensorFlow and scikit-learn's datasets imported the usual way",
                         "hvdtrain's start (`launching.load_tensorflow`, `sklearn_data`)"),
+    "gc": Comparison("--preset digits-mlp",
+                     "import gc; gc.disable = gc.freeze = lambda: None; "
+                     "from hvdtrain import cli; cli.main()",
+                     "Python's garbage collector on while TensorFlow loads",
+                     "off, then what the import made frozen (`launching.load_tensorflow`)"),
     "autograph": Comparison("--preset digits-mlp --loop custom",
                             "from hvdtrain import cli, dist; "
                             "dist.autograph_leaves_horovod_alone = lambda: None; cli.main()",

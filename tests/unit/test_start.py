@@ -17,13 +17,15 @@ from hvdtrain import launching
 from hvdtrain.data import sklearn_data
 
 LOADED = """
-import json, sys
+import gc, json, sys
 {load}
 import keras
 loaded = {{name: name in sys.modules for name in ["tensorflow", "sklearn", "matplotlib"]}}
 finders = [type(f).__name__ for f in sys.meta_path]
+collector = {{"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}}
 import matplotlib.pyplot, sklearn.datasets  # importable as usual afterwards
-print(json.dumps({{"loaded": loaded, "finders": finders, "keras": keras.__version__}}))
+print(json.dumps({{"loaded": loaded, "finders": finders, "keras": keras.__version__,
+                  "collector": collector}}))
 """
 
 
@@ -38,6 +40,9 @@ def test_load_tensorflow_holds_back_what_hvdtrain_does_not_use_and_no_longer():
     after = modules_after("from hvdtrain import launching; launching.load_tensorflow()")
     assert after["loaded"] == {"tensorflow": True, "sklearn": False, "matplotlib": False}
     assert "_HoldBack" not in after["finders"]
+    # The garbage collector, off while TensorFlow loaded, is on again, and what the import made
+    # is out of its sight (the control below: a plain import freezes nothing).
+    assert after["collector"]["enabled"] and after["collector"]["frozen"] > 100_000, after
 
 
 @pytest.mark.keras3_only   # Keras 2 does not import them: nothing to hold back there
@@ -45,6 +50,7 @@ def test_control_a_plain_import_loads_them_on_keras_3():
     after = modules_after("import tensorflow")
     assert after["keras"].startswith("3."), after["keras"]
     assert after["loaded"] == {"tensorflow": True, "sklearn": True, "matplotlib": True}
+    assert after["collector"] == {"enabled": True, "frozen": 0}
 
 
 DIGITS = """
