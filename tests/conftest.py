@@ -5,6 +5,7 @@ test files import (jobs, checks, data) are in helpers.py.
 """
 from __future__ import annotations
 
+import gc
 import subprocess
 import zlib
 from pathlib import Path
@@ -119,3 +120,11 @@ def small_disk(tmp_path):
     yield make
     for path in reversed(mounts):
         subprocess.run(["umount", str(path)], check=False, timeout=30)
+
+
+def pytest_collection_finish(session) -> None:
+    # What collection imported (TensorFlow with its thousands of modules, the test modules)
+    # lives as long as the session: out of the garbage collector's sight, as
+    # launching.load_tensorflow does in a rank, so that each full collection during the tests
+    # scans what the tests made, not all of TensorFlow again.
+    gc.freeze()

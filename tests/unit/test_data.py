@@ -16,6 +16,11 @@ from hvdtrain.data import records, sharding, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
 
+# The pipelines are hvdtrain's over tf.data calls both TensorFlow versions share; on the other
+# stack the core's multi-rank tests (2 ranks x B = 1 rank x 2B, resume, the sparse and uneven
+# shards) run them end to end.
+pytestmark = pytest.mark.one_stack
+
 
 def test_data_module_does_not_import_horovod():
     code = ("import sys, hvdtrain.data.sources; "
