@@ -1,7 +1,8 @@
 """pytest's hooks and the fixtures every test folder shares: TensorFlow quiet before any test
 module loads it, the --launcher-turns option, what applies to one Keras stack deselected on the
-other, the ``launcher`` parameter, the tally of fault cases, and ``small_disk``. The helpers the
-test files import (jobs, checks, data) are in helpers.py.
+other, the ``launcher`` parameter, the tally of fault cases, ``small_disk``, and what collection
+imported frozen out of the garbage collector's sight. The helpers the test files import (jobs,
+checks, data) are in helpers.py.
 """
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from hvdtrain import launching
 
 def pytest_configure(config) -> None:
     launching.quiet_tensorflow()  # before any test module loads TensorFlow
+
+
+# --launcher-turns: the main stack's lanes, and the other stack's.
+TURNS = ("main", "other")
 
 
 def pytest_addoption(parser) -> None:
@@ -56,9 +61,6 @@ def pytest_collection_modifyitems(config, items) -> None:
         left_out |= {item.nodeid for item in group
                      if item.callspec.params["launcher"] != chosen}
     deselect(config, items, left_out)
-
-
-TURNS = ("main", "other")
 
 
 def launcher_for(key: str, turns: str) -> str:

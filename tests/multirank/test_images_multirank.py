@@ -101,13 +101,14 @@ def test_three_ranks_read_disjoint_shares_of_every_source(digit_tree, tmp_path):
                "tfrecord": ["--data", "tfrecord", "--set", f"data.path={shards}",
                             "--set", "run.tensorboard=false"],
                "digits": ["--data", "digits", "--set", "run.tensorboard=false"]}
+    wholes = {source: whole_split(source, digit_tree, shards) for source in sources}
     for source, args in sources.items():
         read = tmp_path / source
         job = launch("mpi", 3, hvdtrain("train", "--preset", "digits-mlp", "--epochs", "1",
                                         *args, "--run-dir", str(tmp_path / f"run-{source}")),
                      env=shard_log(read))
         assert_ok(job, f"hvdtrain train on {source} at 3 ranks")
-        assert_sharded(read, 3, whole_split(source, digit_tree, shards))
+        assert_sharded(read, 3, wholes[source])
     # Control, on one source (the check reads every source's ids alike): the same launch with
     # a pipeline that does not shard fails it.
     wrapper = tmp_path / "not_sharded.py"
@@ -118,7 +119,7 @@ def test_three_ranks_read_disjoint_shares_of_every_source(digit_tree, tmp_path):
                  env=shard_log(tmp_path / "control-read"))
     assert_ok(job, "the control: not sharded")
     with pytest.raises(AssertionError, match="share samples"):
-        assert_sharded(tmp_path / "control-read", 3, whole_split("tfrecord", digit_tree, shards))
+        assert_sharded(tmp_path / "control-read", 3, wholes["tfrecord"])
 
 
 def convert(src: Path, dst: Path, *args: str) -> Path:

@@ -152,8 +152,8 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert np.mean(predicted == evaluation.y) == pytest.approx(summary["final_eval_accuracy"])
 
     # `hvdtrain eval` scores the latest checkpoint (epoch 5, the final weights) the same way, on
-    # the ranks training had and on one process (once: how eval gathers the ranks' counts does
-    # not depend on the launcher, whose own stops test_bad_input's cases hold under both).
+    # the ranks training had and on one process. Once, under mpirun: how eval gathers the ranks'
+    # counts does not depend on the launcher.
     if launcher != "mpi":
         return
     for eval_launcher, ranks in [(launcher, 2), ("single", 1)]:
