@@ -8,6 +8,7 @@ from typing import Callable
 
 import tensorflow as tf
 
+from hvdtrain import fused_norm
 from hvdtrain.checks import suggest
 from hvdtrain.config import ModelConfig, OptimConfig
 from hvdtrain.errors import UserError
@@ -161,7 +162,9 @@ def resolve(name: str) -> Builder:
 
 def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
     """The model ``cfg`` names (registered or a user's), built for ``input_shape`` and
-    ``num_classes``; UserError unless it is a tf.keras.Model with [batch, num_classes] outputs."""
+    ``num_classes``; UserError unless it is a tf.keras.Model with [batch, num_classes] outputs.
+    Its BatchNormalization layers compute with the fused kernel (``fused_norm``) unless
+    ``cfg.fused_batch_norm`` is off."""
     builder = resolve(cfg.name)
     try:
         model = builder(tuple(input_shape), num_classes, cfg)
@@ -181,6 +184,8 @@ def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> t
     if not (isinstance(out, tuple) and len(out) == 2 and out[-1] == num_classes):
         raise UserError(f"model {cfg.name} outputs shape {out}; it must output "
                         f"[batch, {num_classes}] logits (one per class)")
+    if cfg.fused_batch_norm:
+        fused_norm.fuse_batch_norm(model)
     return model
 
 

@@ -62,10 +62,12 @@ def plain_main(options: dict[str, Any]) -> None:
 
 
 def measure_plain(workload: scaling.Workload, plan: scaling.Plan, work_dir: Path,
-                  python: str = sys.executable) -> tuple[float, int]:
+                  python: str = sys.executable,
+                  assignments: Sequence[str] = ()) -> tuple[float, int]:
     """Plain ``fit``'s median samples/s over the plan's timed repeats, and the model's
-    parameter count."""
+    parameter count; ``assignments``: config settings on top of the workload's."""
     options = scaling.job_options(workload, 1, plan, work_dir)
+    options["assignments"] += list(assignments)
     command = common.rank_argv("hvdtrain.bench.tax", options, python)
     output = common.run_job(command, what=f"plain fit of {workload.name}")
     raw = common.read_json_output(Path(options["out"]), f"plain fit of {workload.name}",
