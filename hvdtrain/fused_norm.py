@@ -24,12 +24,17 @@ def keras3() -> bool:
     return str(getattr(tf.keras, "__version__", "2")).startswith("3.")
 
 
+def keras3_on_tensorflow() -> bool:
+    """Keras 3 computing with TensorFlow (not with another backend KERAS_BACKEND names)."""
+    return keras3() and tf.keras.config.backend() == "tensorflow"
+
+
 def fuse_batch_norm(model: tf.keras.Model) -> int:
     """Every plain ``BatchNormalization`` in ``model`` (nested ones included) computes with the
     fused kernel from now on; returns how many. Keras 2 fuses by itself: 0 there. Subclasses of
     ``BatchNormalization`` keep their own ``call``. Call it once the model is built, before
     the first training step (``fit`` traces its step then)."""
-    if not keras3():
+    if not keras3_on_tensorflow():
         return 0
     count = 0
     # Keras 3's own walk over a model's layers, nested models and a layer's sublayers included.
