@@ -112,3 +112,13 @@ def test_models_build_trains_on_the_fused_kernel_unless_turned_off(fused):
     # Keras 2 (TensorFlow 2.15) fuses by itself; on Keras 3 the config decides.
     expected = fused or not fused_norm.keras3()
     assert (FUSED_OP in _op_types(model, (8, 8, 3))) == expected
+
+
+@pytest.mark.keras3_only
+def test_a_model_fused_before_it_is_built_trains_on_the_fused_kernel():
+    # The library's other pattern: a Sequential without an Input, built by its first step.
+    model = tf.keras.Sequential([layers.Conv2D(4, 3), layers.BatchNormalization(),
+                                 layers.Flatten(), layers.Dense(3)])
+    assert fused_norm.fuse_batch_norm(model) == 1
+    _train(model, epochs=1)
+    assert FUSED_OP in _op_types(model)
