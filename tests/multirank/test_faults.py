@@ -124,7 +124,10 @@ def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path
                                            "--run-dir", str(run_dir)))
     assert_ok(resumed, "resume")
     done = int(re.search(r"resuming \S+ after epoch (\d+)", resumed.output).group(1))
-    assert done >= 3  # at least the epochs printed before the kill were checkpointed
+    # Rank 0 prints an epoch's line before it writes that epoch's checkpoint (callbacks.assemble).
+    # Under Gloo it goes on to write it and then finds the peer gone; mpirun ends it at once,
+    # maybe mid-write (the checkpoint is then not there at all): every epoch before the line.
+    assert done >= (3 if launcher == "gloo" else 2), resumed.output[-2000:]
     summary = summary_of(run_dir)
     assert summary["resumed_from_epoch"] == done and summary["epochs"] == 10
     assert summary["final_eval_accuracy"] >= BAR, summary
