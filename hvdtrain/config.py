@@ -95,7 +95,7 @@ class ModelConfig:
     dropout: float = _help("dropout rate before the classifier, 0 for none", default=0.0)
     fused_batch_norm: bool = _help("Keras 3: BatchNormalization layers compute with "
                                    "TensorFlow's fused kernel, as Keras 2's do (the same "
-                                   "results to float rounding, several times faster); false: "
+                                   "results to float rounding, faster); false: "
                                    "Keras 3's own element-wise ops", default=True)
 
     def __post_init__(self) -> None:

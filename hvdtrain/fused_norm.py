@@ -3,10 +3,10 @@
 Keras 3's ``BatchNormalization`` on the TensorFlow backend computes the batch's moments and
 normalizes with separate element-wise ops, several passes over every activation forwards and
 backwards. Keras 2 (``tf.keras`` on TensorFlow 2.15) called ``FusedBatchNormV3``, one kernel
-(oneDNN's on a CPU, cuDNN's on a GPU). On MobileNetV2, which normalizes after every
-convolution, that alone makes Keras 3 train at about 0.6x Keras 2 on a CPU core (docs/stacks.md,
-"Speed"). ``fuse_batch_norm`` routes a model's ``BatchNormalization`` layers through the fused
-kernel, with Keras 3's own semantics kept: the same output and gradients to float rounding, the
+(oneDNN's on a CPU, cuDNN's on a GPU); a model that normalizes after every convolution, such
+as MobileNetV2, pays for the difference (docs/stacks.md, "Speed"). ``fuse_batch_norm``
+routes a model's ``BatchNormalization`` layers through the fused kernel, with Keras 3's own
+semantics kept: the same output and gradients to float rounding, the
 same moving averages (the kernel's batch variance carries Bessel's correction, which Keras 3's
 moving variance does not), the same variables, config and saved file. A call the kernel cannot
 serve (not 4-D channels-last, a mask, renorm, synchronized) takes Keras's own path.
@@ -63,8 +63,7 @@ def _fused_call(layer: Any, inputs: tf.Tensor, training: Any = None,
         # The kernel returns the unbiased batch variance (n / (n - 1) times the biased one);
         # Keras 3 averages the biased one into its moving variance.
         n = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
-        variance = tf.where(n > 1.0, variance * (n - 1.0) / tf.maximum(n, 1.0),
-                            tf.zeros_like(variance))
+        variance = tf.where(n > 1.0, variance * (n - 1.0) / n, tf.zeros_like(variance))
         momentum = layer.momentum
         layer.moving_mean.assign(layer.moving_mean * momentum + mean * (1.0 - momentum))
         layer.moving_variance.assign(layer.moving_variance * momentum

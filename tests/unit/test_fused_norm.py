@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import largest_difference
 
 from hvdtrain import fused_norm, models
 from hvdtrain.config import ModelConfig
@@ -42,10 +43,6 @@ def _train(model: tf.keras.Model, epochs: int) -> list[np.ndarray]:
     return model.get_weights()
 
 
-def _largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    return max(float(np.max(np.abs(u - v))) for u, v in zip(a, b))
-
-
 def _op_types(model: tf.keras.Model, shape=SHAPE) -> set[str]:
     step = tf.function(lambda x: model(x, training=True))
     graph = step.get_concrete_function(tf.TensorSpec((2, *shape), tf.float32)).graph
@@ -60,9 +57,9 @@ def test_fused_training_gives_keras_own_weights_and_moving_statistics():
     assert FUSED_OP in _op_types(fused) and FUSED_OP not in _op_types(plain)
     reference, candidate = _train(plain, epochs=3), _train(fused, epochs=3)
     # Weights, gammas, betas, moving means and variances, after 12 steps.
-    assert _largest_difference(reference, candidate) < 1e-4
+    assert largest_difference(reference, candidate) < 1e-4
     # Control: one step more of the same training moves the weights well past the tolerance.
-    assert _largest_difference(reference, _train(_model(), epochs=4)) > 1e-2
+    assert largest_difference(reference, _train(_model(), epochs=4)) > 1e-2
 
 
 @pytest.mark.keras3_only
