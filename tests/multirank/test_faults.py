@@ -116,7 +116,11 @@ def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path
         # with status 1 (horovodrun reports every rank's status).
         assert re.search(r"^\[0\]<stderr>:hvdtrain: error: rank 0: another rank died",
                          killed.output, re.M), killed.output[-3000:]
-        assert "Process 0 exit with status code 1." in killed.output, killed.output[-3000:]
+        # Then horovodrun reports rank 0's status 1, unless its own cleanup of the remaining
+        # workers (after rank 1's failure) reaches rank 0 first: a race in horovodrun.
+        assert ("Process 0 exit with status code 1." in killed.output
+                or "Terminating remaining workers after failure of Process 1." in killed.output
+                ), killed.output[-3000:]
     # (mpirun ends the other ranks itself, at once, with SIGTERM: before they notice.)
     assert not (run_dir / "summary.json").exists()
 
