@@ -73,7 +73,12 @@ def assemble(config: Config, world: "World", *, run_dir: Path, checkpoint: tf.tr
 
 class LearningRateSchedule(tf.keras.callbacks.Callback):
     """Sets the lr before every step from the optimizer's own step counter, so a resumed run
-    (whose counter is restored from the checkpoint) continues the schedule exactly."""
+    (whose counter is restored from the checkpoint) continues the schedule exactly.
+
+    Once the lr can no longer change within this ``fit`` (past warmup, constant decay: the
+    counter only grows), it stops reading the counter and assigning: that eager round trip
+    before every step is the one cost hvdtrain adds to a step of plain ``fit`` at one rank
+    (docs/stacks.md, Speed). A new ``fit`` (a resume, an elastic reset) starts checking again."""
 
     def __init__(self, *, base_lr: float, peak_lr: float, warmup_steps: int, total_steps: int,
                  decay: str):
@@ -81,11 +86,20 @@ class LearningRateSchedule(tf.keras.callbacks.Callback):
         self.lr_for = lambda step: schedules.lr_at_step(
             step, base_lr=base_lr, peak_lr=peak_lr, warmup_steps=warmup_steps,
             total_steps=total_steps, decay=decay)
+        self.warmup_steps, self.decay = warmup_steps, decay
         self.current = base_lr
+        self.settled = False
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.settled = False
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        self.current = self.lr_for(int(self.model.optimizer.iterations.numpy()))
+        if self.settled:
+            return
+        step = int(self.model.optimizer.iterations.numpy())
+        self.current = self.lr_for(step)
         self.model.optimizer.learning_rate.assign(self.current)
+        self.settled = self.decay == "constant" and step >= self.warmup_steps
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is not None:

@@ -1,14 +1,17 @@
 """Callbacks without MPI: rank 0's progress output and the stall watchdog, driven with a fake
-clock, and the exact eval's schedule."""
+clock, the exact eval's schedule, and the lr schedule through Keras ``fit``."""
 from __future__ import annotations
 
 import io
 import time
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
-from hvdtrain import callbacks
-from hvdtrain.callbacks import STALL_EXIT_CODE, ExactEvaluation, ProgressLine, StallWatchdog
+from hvdtrain import callbacks, schedules
+from hvdtrain.callbacks import (STALL_EXIT_CODE, ExactEvaluation, LearningRateSchedule,
+                                ProgressLine, StallWatchdog)
 
 
 class FakeClock:
@@ -113,3 +116,58 @@ def test_a_stopped_stall_watchdog_stays_quiet(exits):
     clock.now += 60
     watchdog._thread.join(timeout=5)
     assert exits == [] and not watchdog._thread.is_alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# The lr schedule, through fit as the Trainer runs it
+
+LR = {"base_lr": 0.1, "peak_lr": 0.4, "warmup_steps": 3, "total_steps": 8}
+
+
+class LrSeen(tf.keras.callbacks.Callback):
+    """(optimizer step, lr) each step trains with: read after the schedule set it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int, float]] = []
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        optimizer = self.model.optimizer
+        self.seen.append((int(optimizer.iterations.numpy()),
+                          float(np.asarray(optimizer.learning_rate))))
+
+
+def fit_with(schedule: LearningRateSchedule, epochs: int, model: tf.keras.Model | None = None
+             ) -> tuple[tf.keras.Model, list[tuple[int, float]]]:
+    """``epochs`` epochs of 4 steps under ``schedule``; the model and what each step saw."""
+    if model is None:
+        model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    seen = LrSeen()
+    x = np.ones((16, 2), np.float32)
+    model.fit(x, x[:, :1], batch_size=4, epochs=epochs, shuffle=False, verbose=0,
+              callbacks=[schedule, seen])
+    return model, seen.seen
+
+
+@pytest.mark.parametrize("decay", ["constant", "cosine"])
+def test_every_step_trains_with_the_lr_of_its_optimizer_step(decay):
+    schedule = LearningRateSchedule(**LR, decay=decay)
+    _, seen = fit_with(schedule, epochs=2)
+    expected = [(step, schedules.lr_at_step(step, **LR, decay=decay)) for step in range(8)]
+    assert [s for s, _ in seen] == [s for s, _ in expected]
+    assert [lr for _, lr in seen] == pytest.approx([lr for _, lr in expected], rel=1e-6)
+    # The control: the warmup and the cosine move the lr, so a schedule that stopped setting it
+    # too early (or never set it) would fail the comparison above.
+    assert len({round(lr, 6) for _, lr in expected}) >= 4
+    # Past warmup a constant lr is final: the per-step read and assign have stopped.
+    assert schedule.settled == (decay == "constant")
+
+
+def test_a_new_fit_sets_the_lr_again_after_it_settled():
+    schedule = LearningRateSchedule(**LR, decay="constant")
+    model, _ = fit_with(schedule, epochs=1)
+    assert schedule.settled
+    model.optimizer.learning_rate.assign(99.0)   # a restore or an elastic reset, say
+    _, seen = fit_with(schedule, epochs=1, model=model)
+    assert [lr for _, lr in seen] == pytest.approx([LR["peak_lr"]] * 4)
