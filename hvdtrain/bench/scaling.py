@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -110,24 +111,28 @@ def slow_rank_delay(value: str, rank: int) -> float:
 # Rank side
 
 def step_timer(delay_s: float = 0.0):
-    """A Keras callback that records, per epoch, when each training step ends; it sleeps
-    ``delay_s`` before each step (a slow rank, see SLOW_RANK_ENV). TensorFlow imports here."""
+    """A Keras callback that records, per epoch, when each training step starts and ends; it
+    sleeps ``delay_s`` before each step (a slow rank, see SLOW_RANK_ENV). TensorFlow imports
+    here."""
     import tensorflow as tf
 
     class StepTimer(tf.keras.callbacks.Callback):
-        """Each epoch: the time from the end of its first step to the end of its last, and the
-        samples in between (this rank's own count)."""
+        """Each epoch: when each step started (after the other callbacks' batch-begin hooks)
+        and ended (this rank's own count)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.epochs: list[list[float]] = []
+            self.starts: list[list[float]] = []
 
         def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
             self.epochs.append([])
+            self.starts.append([])
 
         def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
             if delay_s:
                 time.sleep(delay_s)
+            self.starts[-1].append(time.perf_counter())
 
         def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
             self.epochs[-1].append(time.perf_counter())
@@ -141,6 +146,21 @@ def timed_repeats(epochs: list[list[float]], warmup: int, batch_size: int
     timed = epochs[warmup:]
     return {"seconds": [steps[-1] - steps[0] for steps in timed],
             "samples": [(len(steps) - 1) * batch_size for steps in timed]}
+
+
+def step_breakdown(starts: list[list[float]], ends: list[list[float]], warmup: int
+                   ) -> dict[str, float]:
+    """Where a step's time goes, from a step timer's epochs past ``warmup``: the median step
+    (one end to the next) and, of it, the median time between steps (one step's end to the
+    next one's start: the loop and the callbacks' hooks, not the train function)."""
+    steps, between = [], []
+    for begun, ended in zip(starts[warmup:], ends[warmup:]):
+        steps += [b - a for a, b in zip(ended, ended[1:])]
+        between += [b - a for a, b in zip(ended, begun[1:])]
+    if not steps:
+        raise ValueError("no timed epoch has two steps")
+    return {"step_seconds_median": statistics.median(steps),
+            "between_steps_seconds_median": statistics.median(between)}
 
 
 def rank_main(options: dict[str, Any]) -> None:
@@ -160,6 +180,7 @@ def rank_main(options: dict[str, Any]) -> None:
 
     mine = {"rank": world.rank, "params": summary["params"],
             **timed_repeats(timer.epochs, options["warmup_epochs"], cfg.train.batch_size),
+            **step_breakdown(timer.starts, timer.epochs, options["warmup_epochs"]),
             "cores": sorted(os.sched_getaffinity(0)), "pinned_by_hvdtrain_bench": pinned,
             "intra_op_threads": world.intra_op_threads,
             "inter_op_threads": world.inter_op_threads,

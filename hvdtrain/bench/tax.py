@@ -57,32 +57,42 @@ def plain_main(options: dict[str, Any]) -> None:
     figures = {"rank": 0, "params": int(model.count_params()), "cores": [core],
                "intra_op_threads": intra, "inter_op_threads": inter,
                **scaling.timed_repeats(timer.epochs, options["warmup_epochs"],
-                                       cfg.train.batch_size)}
+                                       cfg.train.batch_size),
+               **scaling.step_breakdown(timer.starts, timer.epochs, options["warmup_epochs"])}
     Path(options["out"]).write_text(json.dumps({"ranks": [figures]}))
 
 
 def measure_plain(workload: scaling.Workload, plan: scaling.Plan, work_dir: Path,
                   python: str = sys.executable,
-                  assignments: Sequence[str] = ()) -> tuple[float, int]:
-    """Plain ``fit``'s median samples/s over the plan's timed repeats, and the model's
-    parameter count; ``assignments``: config settings on top of the workload's."""
+                  assignments: Sequence[str] = ()) -> tuple[float, dict[str, Any]]:
+    """Plain ``fit``'s median samples/s over the plan's timed repeats, and its raw figures
+    (the model's parameter count, the step breakdown); ``assignments``: config settings on top
+    of the workload's."""
     options = scaling.job_options(workload, 1, plan, work_dir)
     options["assignments"] += list(assignments)
     command = common.rank_argv("hvdtrain.bench.tax", options, python)
     output = common.run_job(command, what=f"plain fit of {workload.name}")
     raw = common.read_json_output(Path(options["out"]), f"plain fit of {workload.name}",
                                   output)
-    return (common.summarize(scaling.repeat_rates(raw["ranks"]))["median"],
-            raw["ranks"][0]["params"])
+    return common.summarize(scaling.repeat_rates(raw["ranks"]))["median"], raw["ranks"][0]
 
 
 def measure_hvdtrain(workload: scaling.Workload, plan: scaling.Plan, work_dir: Path,
-                     python: str = sys.executable) -> tuple[float, int, str, dict]:
-    """hvdtrain's median samples/s at one rank (mpirun, one core), the model's parameter
-    count, the stack, and the launch settings the rank found (rank_env)."""
+                     python: str = sys.executable) -> tuple[float, dict[str, Any], str, dict]:
+    """hvdtrain's median samples/s at one rank (mpirun, one core), its rank's raw figures (the
+    model's parameter count, the step breakdown), the stack, and the launch settings the rank
+    found (rank_env)."""
     row = scaling.measure(workload, 1, plan, work_dir, python=python)
-    return (row["total_samples_per_sec"]["median"], row["raw"][0]["params"], row["stack"],
-            row["rank_env"])
+    return row["total_samples_per_sec"]["median"], row["raw"][0], row["stack"], row["rank_env"]
+
+
+BREAKDOWN = ("step_seconds_median", "between_steps_seconds_median")
+
+
+def record(row: dict[str, Any], side: str, rate: float, raw: dict[str, Any]) -> None:
+    """One side's figures in a round's ``row``: samples/s, parameter count, step breakdown."""
+    row[side], row[f"{side}_params"] = rate, raw["params"]
+    row[f"{side}_step"] = {key: raw[key] for key in BREAKDOWN}
 
 
 def stack_name(stack: str) -> str:
@@ -127,11 +137,11 @@ def measure_rounds(name: str, rounds: int, pythons: dict[str, str], plan: scalin
             common.say(f"tax: {name}, round {i + 1}/{rounds}, {which} stack, {side}...")
             row = rows[which]
             if side == "plain":
-                row["plain"], row["plain_params"] = measure_plain(workload, plan, tmp,
-                                                                  pythons[which])
+                record(row, side, *measure_plain(workload, plan, tmp, pythons[which]))
             else:
-                (row["hvdtrain"], row["hvdtrain_params"], stack_of[which],
-                 row["hvdtrain_rank_env"]) = measure_hvdtrain(workload, plan, tmp, pythons[which])
+                rate, raw, stack_of[which], row["hvdtrain_rank_env"] = measure_hvdtrain(
+                    workload, plan, tmp, pythons[which])
+                record(row, side, rate, raw)
         for which in pythons:
             measured[which].append(rows[which])
     return measured, loads
@@ -206,6 +216,15 @@ def markdown(result: dict[str, Any]) -> str:
         common.markdown_table(["model", "stack", "batch", "plain fit samples/s",
                                "hvdtrain samples/s", "hvdtrain / plain",
                                "load before each round"], rows)]
+    breakdown = breakdown_rows(result["results"])
+    if breakdown:
+        lines += ["", "Where a step's time goes, each side's median over its timed steps, then "
+                      "the median over rounds: the step (one step's end to the next), and of it "
+                      "the time between steps (the fit loop and the callbacks' hooks, outside "
+                      "the train function).", "",
+                  common.markdown_table(["model", "stack", "plain fit step ms",
+                                         "hvdtrain step ms", "plain fit between steps ms",
+                                         "hvdtrain between steps ms"], breakdown)]
     if result.get("stack_comparisons"):
         stacks = result["stacks"]
         this, other = stacks["this"]["name"], stacks["other"]["name"]
@@ -220,6 +239,19 @@ def markdown(result: dict[str, Any]) -> str:
                         common.ratio_cell(c["hvdtrain_this_over_other"], result["target"])]
                        for c in result["stack_comparisons"]])]
     return "\n".join(lines)
+
+
+def breakdown_rows(results: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """The step breakdown's table rows (milliseconds); none where a round lacks it."""
+    rows = []
+    for r in results:
+        if not all(f"{side}_step" in x for x in r["rounds"] for side in ("plain", "hvdtrain")):
+            continue
+        cells = [common.summarize([x[f"{side}_step"][key] * 1e3 for x in r["rounds"]])["median"]
+                 for key in BREAKDOWN for side in ("plain", "hvdtrain")]
+        rows.append([r["model"], r["stack"], *(f"{ms:.3f}" if ms < 1 else f"{ms:.2f}"
+                                                for ms in cells)])
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------

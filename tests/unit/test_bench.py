@@ -34,6 +34,20 @@ def test_total_rate_is_the_sum_of_every_ranks_samples_over_the_slowest_time():
     assert total != (100 + 320) / 1.5                # over the mean time, not the slowest
 
 
+def test_the_step_breakdown_splits_each_step_at_its_start():
+    # Warmup epoch, then two timed epochs of steps 10 s apart; between steps 1 s, then 3 s.
+    starts = [[0.0, 5.0], [100.0, 109.0, 119.0], [200.0, 213.0]]
+    ends = [[1.0, 6.0], [108.0, 118.0, 128.0], [210.0, 220.0]]
+    figures = scaling.step_breakdown(starts, ends, warmup=1)
+    assert figures["step_seconds_median"] == pytest.approx(10.0)
+    assert figures["between_steps_seconds_median"] == pytest.approx(1.0)   # 1, 1, 3
+    # Controls: a step's own time (end - start) and gaps across an epoch's boundary are not it.
+    assert figures["step_seconds_median"] != statistics.median([8, 9, 9, 10, 7])
+    assert figures["between_steps_seconds_median"] != statistics.median([1, 1, 72, 3])
+    with pytest.raises(ValueError):
+        scaling.step_breakdown([[0.0]], [[1.0]], warmup=0)
+
+
 def test_only_the_named_rank_is_slowed():
     assert scaling.slow_rank_delay("1:0.2", 1) == 0.2
     assert scaling.slow_rank_delay("1:0.2", 0) == 0.0 and scaling.slow_rank_delay("", 1) == 0.0
@@ -274,12 +288,15 @@ def test_the_tables_print_the_verdicts():
                "load_average_1min_at_start": 0.1, "date_utc": "today"}
     rounds = [{"plain": 100.0, "hvdtrain": 97.9}, {"plain": 100.0, "hvdtrain": 98.2},
               {"plain": 90.0, "hvdtrain": 88.0}]
-    taxed = {"machine": machine, "plan": {"rounds": 3}, "target": tax.TARGET,
-             "results": [{"model": "m", "stack": "keras3", "stack_line": "tf 2.20",
-                          "batch_size": 16, "rounds": rounds,
-                          "load_average_before_each_round": [1, 2, 3],
-                          "hvdtrain_over_plain": tax.ratio_summary(rounds)}],
-             "stack_comparisons": []}
+    assert "Where a step's time goes" not in tax.markdown(tax_result(machine, rounds))
+    for i, r in enumerate(rounds):   # each side's step breakdown, 50 + i ms and 0.0i ms
+        for side in ("plain", "hvdtrain"):
+            r[f"{side}_step"] = {"step_seconds_median": (50 + i) / 1e3,
+                                 "between_steps_seconds_median": i / 1e5}
+    rounds[2]["hvdtrain_step"]["step_seconds_median"] = 0.0612   # the median, not the mean
+    assert "| m | keras3 | 51.00 | 51.00 | 0.010 | 0.010 |" in tax.markdown(
+        tax_result(machine, rounds))
+    taxed = tax_result(machine, rounds)
     assert "| 0.9790 (spread 0.4%): misses >= 0.98 |" in tax.markdown(taxed)
     assert "TensorFlow 2.20.0, Keras 3.15.1" in tax.markdown(taxed)
     measured = {1: [{"horovod": 10.0, "hvdtrain": 9.9, "ratio": 0.99}],
@@ -288,6 +305,15 @@ def test_the_tables_print_the_verdicts():
     assert common.ratio_cell(rows[0]["ratio"], rows[0]["target"]).endswith("misses >= 1")
     assert common.ratio_cell(rows[1]["ratio"], rows[1]["target"]).endswith("meets >= 1.5")
     assert rows[1]["hvdtrain_efficiency"]["median"] == pytest.approx(24.0 / (2 * 9.9))
+
+
+def tax_result(machine: dict, rounds: list[dict]) -> dict:
+    return {"machine": machine, "plan": {"rounds": len(rounds)}, "target": tax.TARGET,
+            "results": [{"model": "m", "stack": "keras3", "stack_line": "tf 2.20",
+                         "batch_size": 16, "rounds": rounds,
+                         "load_average_before_each_round": [1, 2, 3],
+                         "hvdtrain_over_plain": tax.ratio_summary(rounds)}],
+            "stack_comparisons": []}
 
 
 def test_the_tax_rounds_interleave_both_stacks():
@@ -333,6 +359,9 @@ def check_tax(taxed: dict) -> None:
         for r in rounds:
             assert r["plain_params"] == r["hvdtrain_params"] > 0, r
             assert r["plain"] > 0 and r["hvdtrain"] > 0, r
+            for side in ("plain", "hvdtrain"):   # the breakdown: a part of a step
+                step = r[f"{side}_step"]
+                assert 0 < step["between_steps_seconds_median"] < step["step_seconds_median"], r
         ratio = result["hvdtrain_over_plain"]
         assert ratio["per_round"] == pytest.approx([r["hvdtrain"] / r["plain"] for r in rounds])
 
@@ -375,6 +404,9 @@ def check_a_slow_rank_lowers_the_efficiency(out, scaled: dict) -> None:
     efficiency = scaling.weak_scaling_efficiency(rate, 2, normal[1]["total_samples_per_sec"][
         "median"])
     assert efficiency < normal[2]["weak_scaling_efficiency"], (efficiency, normal[2])
+    # The step breakdown sees the sleep where it is: between rank 1's steps, not rank 0's.
+    between = [r["between_steps_seconds_median"] for r in slow["raw"]]
+    assert between[1] >= SLOW_RANK_DELAY_S > 10 * between[0], between
 
 
 def check_scaling(scaled: dict) -> None:
