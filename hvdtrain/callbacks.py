@@ -77,8 +77,8 @@ class LearningRateSchedule(tf.keras.callbacks.Callback):
 
     Once the lr can no longer change within this ``fit`` (past warmup, constant decay: the
     counter only grows), it stops reading the counter and assigning: that eager round trip
-    before every step is the one cost hvdtrain adds to a step of plain ``fit`` at one rank
-    (docs/stacks.md, Speed). A new ``fit`` (a resume, an elastic reset) starts checking again."""
+    before every step was the one cost hvdtrain added between the steps of plain ``fit`` at one
+    rank (docs/stacks.md, Speed). A new ``fit`` (a resume, an elastic reset) checks again."""
 
     def __init__(self, *, base_lr: float, peak_lr: float, warmup_steps: int, total_steps: int,
                  decay: str):

@@ -117,8 +117,8 @@ def step_timer(delay_s: float = 0.0):
     import tensorflow as tf
 
     class StepTimer(tf.keras.callbacks.Callback):
-        """Each epoch: when each step started (after the other callbacks' batch-begin hooks)
-        and ended (this rank's own count)."""
+        """Each epoch: when each of this rank's steps started (after the earlier callbacks'
+        batch-begin hooks and the delay) and when it ended."""
 
         def __init__(self) -> None:
             super().__init__()
