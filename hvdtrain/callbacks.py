@@ -86,7 +86,8 @@ class LearningRateSchedule(tf.keras.callbacks.Callback):
         self.lr_for = lambda step: schedules.lr_at_step(
             step, base_lr=base_lr, peak_lr=peak_lr, warmup_steps=warmup_steps,
             total_steps=total_steps, decay=decay)
-        self.warmup_steps, self.decay = warmup_steps, decay
+        self.final_from = lambda step: schedules.lr_is_final(
+            step, warmup_steps=warmup_steps, decay=decay)
         self.current = base_lr
         self.settled = False
 
@@ -99,7 +100,7 @@ class LearningRateSchedule(tf.keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy())
         self.current = self.lr_for(step)
         self.model.optimizer.learning_rate.assign(self.current)
-        self.settled = self.decay == "constant" and step >= self.warmup_steps
+        self.settled = self.final_from(step)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is not None:

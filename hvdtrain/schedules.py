@@ -43,3 +43,9 @@ def lr_at_step(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int,
         progress = min(1.0, (step - warmup_steps) / span)
         return 0.5 * peak_lr * (1.0 + math.cos(math.pi * progress))
     raise ValueError(f"unknown decay {decay!r}")
+
+
+def lr_is_final(step: int, *, warmup_steps: int, decay: str) -> bool:
+    """Whether ``lr_at_step`` gives the same lr at ``step`` and at every step after it: past
+    warmup with a constant decay."""
+    return decay == "constant" and step >= warmup_steps

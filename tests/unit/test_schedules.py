@@ -51,3 +51,14 @@ def test_cosine_decays_to_zero_after_warmup():
     assert schedules.lr_at_step(10, **kw) == pytest.approx(0.4)
     assert schedules.lr_at_step(60, **kw) == pytest.approx(0.2)
     assert schedules.lr_at_step(110, **kw) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("decay", ["constant", "cosine"])
+@pytest.mark.parametrize("warmup", [0, 10])
+def test_an_lr_called_final_never_changes_again(decay, warmup):
+    kw = dict(base_lr=0.1, peak_lr=0.4, warmup_steps=warmup, total_steps=100, decay=decay)
+    final = [s for s in range(120) if schedules.lr_is_final(s, warmup_steps=warmup, decay=decay)]
+    for step in final:
+        assert schedules.lr_at_step(step, **kw) == schedules.lr_at_step(step + 37, **kw)
+    # Not final: the warmup's steps and every cosine step, which the lr changes after.
+    assert final == (list(range(warmup, 120)) if decay == "constant" else [])
