@@ -32,9 +32,30 @@ SPREAD_LIMIT = common.SPREAD_LIMIT
 # ---------------------------------------------------------------------------------------------
 # The plain side: one process, no Horovod
 
-def plain_main(options: dict[str, Any]) -> None:
-    """Plain Keras ``fit`` of one job's work (``scaling.job_options`` at one rank), timed; its
-    figures written to ``options['out']`` as scaling's rank 0 writes them."""
+@dataclasses.dataclass(frozen=True)
+class PlainJob:
+    """One job's work set up for plain Keras ``fit`` in this process: the compiled model, its
+    training arrays and how ``fit`` takes them, and what it runs on."""
+    model: Any
+    x: Any
+    y: Any
+    batch_size: int
+    epochs: int
+    core: int
+    intra_op_threads: int
+    inter_op_threads: int
+
+    def fit(self, callbacks: Sequence[Any], epochs: int | None = None) -> None:
+        """``model.fit(x, y)`` as a user's script calls it."""
+        self.model.fit(self.x, self.y, batch_size=self.batch_size,
+                       epochs=epochs or self.epochs, shuffle=True, verbose=0,
+                       callbacks=list(callbacks))
+
+
+def plain_job(options: dict[str, Any]) -> PlainJob:
+    """One job's work (``scaling.job_options`` at one rank) as a user's single-device script
+    sets it up, with no Horovod: pinned to the core ``mpirun --bind-to core`` gives rank 0,
+    the threads, the seed, the data and the compiled model. TensorFlow imports here."""
     core = sorted(os.sched_getaffinity(0))[0]
     os.sched_setaffinity(0, {core})   # the core mpirun --bind-to core gives rank 0
     import tensorflow as tf
@@ -51,13 +72,20 @@ def plain_main(options: dict[str, Any]) -> None:
     assert isinstance(dataset.train, sources.Arrays)  # the benchmark's presets are synthetic
     model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
     models.compile_classifier(model, models.base_optimizer(cfg.optim))
+    return PlainJob(model, dataset.train.x, dataset.train.y, cfg.train.batch_size,
+                    cfg.train.epochs, core, intra, inter)
+
+
+def plain_main(options: dict[str, Any]) -> None:
+    """Plain Keras ``fit`` of one job's work (``scaling.job_options`` at one rank), timed; its
+    figures written to ``options['out']`` as scaling's rank 0 writes them."""
+    job = plain_job(options)
     timer = scaling.step_timer()
-    model.fit(dataset.train.x, dataset.train.y, batch_size=cfg.train.batch_size,
-              epochs=cfg.train.epochs, shuffle=True, verbose=0, callbacks=[timer])
-    figures = {"rank": 0, "params": int(model.count_params()), "cores": [core],
-               "intra_op_threads": intra, "inter_op_threads": inter,
-               **scaling.timed_repeats(timer.epochs, options["warmup_epochs"],
-                                       cfg.train.batch_size),
+    job.fit([timer])
+    figures = {"rank": 0, "params": int(job.model.count_params()), "cores": [job.core],
+               "intra_op_threads": job.intra_op_threads,
+               "inter_op_threads": job.inter_op_threads,
+               **scaling.timed_repeats(timer.epochs, options["warmup_epochs"], job.batch_size),
                **scaling.step_breakdown(timer.starts, timer.epochs, options["warmup_epochs"])}
     Path(options["out"]).write_text(json.dumps({"ranks": [figures]}))
 
