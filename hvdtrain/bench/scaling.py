@@ -340,7 +340,9 @@ def markdown(result: dict) -> str:
                   "(on Keras 3, its own BatchNormalization ops: `model.fused_batch_norm=false`), "
                   "measured once in this run: what a script of your own gets. The wrapper's "
                   "own cost, with the same layers on both sides, over interleaved rounds with "
-                  "its spread, is bench tax's."]
+                  "its spread, is bench tax's. Each world size runs once here; bench stacks "
+                  "measures each stack's 2-rank efficiency over interleaved rounds, with its "
+                  "spread."]
     lines += ["", versus_markdown(result["versus_horovod_synthetic"])]
     return "\n".join(lines)
 

@@ -5,9 +5,11 @@ on the same machine, in the same run.
 Each round measures both stacks, in alternating order (A B, then B A, ...), so that a drift in
 the machine's load falls on both; each measurement is ``scaling.measure``: a real Trainer on
 synthetic data, one core per rank, at 1 and at 2 ranks. Reported per round: samples/s of each
-stack at each world size and the all-reduce's cost per step, the time a 2-rank step takes
+stack at each world size; the all-reduce's cost per step, the time a 2-rank step takes
 beyond a 1-rank step at the same per-rank batch (mostly the all-reduce of the gradients and the
-wait for the slower rank). The result is the median over rounds of the per-round ratio
+wait for the slower rank); and each stack's weak-scaling efficiency, its 2-rank rate over twice
+its 1-rank rate of the same round (bench scaling's, which runs each world size once, over
+rounds). The result is the median over rounds of the per-round ratio
 (this stack / the other) with its spread.
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ from hvdtrain.errors import UserError
 
 SPREAD_LIMIT = common.SPREAD_LIMIT
 TARGET = 0.98   # issue 28: this stack (Keras 3) >= 0.98x the other (Keras 2) in samples/s
-FIGURES = ("samples_per_sec_1", "samples_per_sec_2", "allreduce_ms_per_step")
+FIGURES = ("samples_per_sec_1", "samples_per_sec_2", "allreduce_ms_per_step", "efficiency_2")
 
 
 def step_ms(row: dict[str, Any]) -> float:
@@ -42,11 +44,12 @@ def allreduce_cost_ms(one: dict[str, Any], two: dict[str, Any]) -> float:
 def measure_stack(python: str, workload: scaling.Workload, plan: scaling.Plan,
                   work_dir: Path) -> dict[str, Any]:
     """Samples per second at 1 and 2 ranks on the stack of ``python``, the all-reduce's cost per
-    step derived from them, and the stack's versions."""
+    step and the weak-scaling efficiency derived from them, and the stack's versions."""
     one, two = (scaling.measure(workload, n, plan, work_dir, python=python) for n in (1, 2))
-    return {"samples_per_sec_1": one["total_samples_per_sec"]["median"],
-            "samples_per_sec_2": two["total_samples_per_sec"]["median"],
+    rate_1, rate_2 = (row["total_samples_per_sec"]["median"] for row in (one, two))
+    return {"samples_per_sec_1": rate_1, "samples_per_sec_2": rate_2,
             "allreduce_ms_per_step": allreduce_cost_ms(one, two),
+            "efficiency_2": scaling.weak_scaling_efficiency(rate_2, 2, rate_1),
             "stack": one["stack"]}
 
 
@@ -73,6 +76,9 @@ def run_model(workload: scaling.Workload, pythons: dict[str, str], plan: scaling
     return {"model": workload.name, "stacks": {k: measured[0][k]["stack"] for k in pythons},
             "load_average_before_each_round": loads, "rounds": measured,
             "ratio_this_over_other": ratios(measured, "this", "other"),
+            # Each stack's 2-rank efficiency against its own 1-rank rate of the same round.
+            "efficiency_2": {k: common.ratio_summary([r[k]["efficiency_2"] for r in measured],
+                                                     SPREAD_LIMIT) for k in pythons},
             "medians": {k: {key: statistics.median(r[k][key] for r in measured)
                             for key in FIGURES} for k in pythons}}
 
@@ -102,6 +108,16 @@ def run(out_dir: Path, *, other_python: str, models: Sequence[str] = ("mlp",),
     return result
 
 
+def efficiency_cell(efficiency: dict[str, Any], with_target: bool) -> str:
+    """A stack's 2-rank efficiency over the rounds: its median and spread, flagged as noise
+    above the ceiling only noise reaches, and with the verdict against the target."""
+    if efficiency["median"] > scaling.EFFICIENCY_CEILING:
+        return f"{common.ratio_text(efficiency)}: above {scaling.EFFICIENCY_CEILING}, noise"
+    if not with_target:
+        return common.ratio_cell(efficiency)
+    return common.ratio_cell(efficiency, scaling.EFFICIENCY_TARGET)
+
+
 def markdown(result: dict[str, Any]) -> str:
     names = {"samples_per_sec_1": "samples/s, 1 rank", "samples_per_sec_2": "samples/s, 2 ranks",
              "allreduce_ms_per_step": "all-reduce cost per step, ms"}
@@ -114,6 +130,11 @@ def markdown(result: dict[str, Any]) -> str:
             target = result["target"] if key.startswith("samples") else None
             rows.append([label, f"{medians['this'][key]:,.2f}", f"{medians['other'][key]:,.2f}",
                          common.ratio_cell(r, target)])
+        if "efficiency_2" in model:
+            rows.append(["weak-scaling efficiency, 2 ranks (target for A)",
+                         *(efficiency_cell(model["efficiency_2"][k], k == "this")
+                           for k in ("this", "other")),
+                         common.ratio_cell(model["ratio_this_over_other"]["efficiency_2"])])
         loads = ", ".join(f"{x:.2f}" for x in model["load_average_before_each_round"])
         parts += [
             f"{model['model']}, {result['plan']['rounds']} interleaved rounds, one core per "
