@@ -9,8 +9,8 @@ import warnings
 import pytest
 
 from helpers import assert_ok, hvdtrain, keras_major, run_job
-from hvdtrain.bench import (allreduce, common, ops, peers, project, scaling, stacks, suite,
-                            tax, versus_horovod)
+from hvdtrain.bench import (allreduce, common, ops, peers, phases, project, scaling, stacks,
+                            suite, tax, versus_horovod)
 from hvdtrain.bench import input as input_bench
 
 
@@ -188,6 +188,42 @@ def test_the_ops_ratios_are_per_round_and_wide_spreads_are_noise():
     rounds[1]["this"]["ops_ms"]["_MklNativeConv2D"] = 18   # one round 50% off: noise
     assert ops.summarize_model("m", rounds, [0.1] * 3)["this_over_other"][
         "oneDNN kernels (_Mkl*)"]["noise"]
+
+
+def timeline_of(steps: list[list[tuple[str, float, float]]], tensors: int) -> str:
+    """A Horovod timeline as its coordinator writes it (the array left open): per step, the
+    phases (name, begin, end) every one of ``tensors`` gradients goes through, fused."""
+    events = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"g{pid}"}}
+              for pid in range(tensors)]
+    for phases_of_step in steps:
+        for pid in range(tensors):
+            for name, begin, end in phases_of_step:
+                events.append({"ph": "B", "name": name, "ts": begin, "pid": pid})
+                events.append({"ph": "E", "ts": end, "pid": pid})
+    return "[\n" + ",\n".join(json.dumps(e) for e in events) + ","
+
+
+def test_the_phases_of_a_step_count_fused_gradients_once():
+    # 4 steps 100 us apart; in each, both gradients wait 5 us, then one fused all-reduce of
+    # 20 us: 4 in, 10 of MPI, 3 out. A metric all-reduced once (pid 9) is not a gradient.
+    steps = [[("NEGOTIATE_ALLREDUCE", t, t + 5), ("ALLREDUCE", t + 5, t + 25),
+              ("MEMCPY_IN_FUSION_BUFFER", t + 5, t + 9), ("MPI_ALLREDUCE", t + 9, t + 19),
+              ("MEMCPY_OUT_FUSION_BUFFER", t + 19, t + 22)] for t in (0, 100, 200, 300)]
+    text = timeline_of(steps, tensors=2)
+    text += json.dumps({"ph": "B", "name": "ALLREDUCE", "ts": 50, "pid": 9}) + ","
+    text += json.dumps({"ph": "E", "ts": 90, "pid": 9}) + ","
+    found = phases.step_phases(phases.tensor_phases(phases.read_timeline(text)), skip=1)
+    assert found["gradients"] == 2 and found["steps"] == 3
+    assert found["step_ms"] == pytest.approx(0.1)
+    assert found["phases_ms"] == pytest.approx({
+        "NEGOTIATE_ALLREDUCE": 0.005, "ALLREDUCE": 0.02, "MEMCPY_IN_FUSION_BUFFER": 0.004,
+        "MPI_ALLREDUCE": 0.01, "MEMCPY_OUT_FUSION_BUFFER": 0.003})
+    # Control: the phase times summed over the gradients count the fused all-reduce twice.
+    assert phases.covered([(5, 25), (5, 25)]) == 20 != (25 - 5) * 2
+    assert phases.covered([(0, 10), (5, 15), (20, 30)]) == 25   # overlapping, then apart
+    # Too few steps past the warmup to time: said so, not a median of nothing.
+    with pytest.raises(common.BenchError, match="too few"):
+        phases.step_phases(phases.tensor_phases(phases.read_timeline(text)), skip=2)
 
 
 def test_readme_block_is_replaced_and_a_missing_block_is_refused(tmp_path):
@@ -407,6 +443,21 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     check_tax(json.loads((out / "tax.json").read_text()))
     check_a_slow_rank_lowers_the_efficiency(tmp_path / "slow", scaled)
     check_ops(tmp_path / "ops")
+    check_phases(tmp_path / "phases")
+
+
+def check_phases(out) -> None:
+    """``bench phases --quick`` (not in bench all): the 2-rank MLP job's timeline held every
+    gradient once a step, and each phase of their all-reduce took a part of the step."""
+    done = run_job(hvdtrain("bench", "phases", "--quick", "--out", str(out)), timeout=300)
+    assert_ok(done, "hvdtrain bench phases --quick")
+    timed = json.loads((out / "phases.json").read_text())
+    (model,) = timed["results"]
+    for r in model["rounds"]:
+        job = r["this"]
+        assert job["gradients"] >= 2, job   # the MLP's: a kernel and a bias per layer
+        assert job["steps"] >= 3 and job["samples_per_sec"] > 0, job
+        assert 0 < job["phases_ms"]["ALLREDUCE"] < job["step_ms"], job
 
 
 def check_ops(out) -> None:
