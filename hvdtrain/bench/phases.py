@@ -185,13 +185,19 @@ def markdown(result: dict[str, Any]) -> str:
         f"{common.machine_line(result['machine'])}. Per step, from rank 0's timeline: the "
         f"step (from one step's all-reduce to the next), and the wall time each phase of the "
         f"gradients' all-reduce covers (medians over the timed steps, then over rounds); its "
-        f"share of the step per round, median (spread). The timeline's writing slows the job "
-        f"a little: the rates are bench scaling's.", ""]
+        f"share of the step per round, median (spread). Where the gradients go in one fused "
+        f"all-reduce after backprop (hvdtrain's binding), the phases are its cost; where they "
+        f"go one by one as backprop produces them (Horovod's own optimizer, on Keras 2), their "
+        f"all-reduces overlap backprop and each other, and a phase's time is how long one of "
+        f"them is in it, not what it costs. The timeline's writing slows the job a little: "
+        f"the rates are bench scaling's.", ""]
     rows = []
     for r in result["results"]:
         for which in stacks:
             m, share = r["medians"][which], r["share_of_step"][which]
-            rows.append([r["model"], which, "step", f"{m['step_ms']:.2f}", ""])
+            rows.append([r["model"], which,
+                         f"step ({r['rounds'][0][which]['gradients']} gradients)",
+                         f"{m['step_ms']:.2f}", ""])
             rows += [[r["model"], which, PHASES[n], f"{ms:.2f}", share_text(share[n])]
                      for n, ms in m["phases_ms"].items()]
     lines.append(common.markdown_table(["model", "stack", "figure", "ms per step",

@@ -221,6 +221,13 @@ def test_the_phases_of_a_step_count_fused_gradients_once():
     # Control: the phase times summed over the gradients count the fused all-reduce twice.
     assert phases.covered([(5, 25), (5, 25)]) == 20 != (25 - 5) * 2
     assert phases.covered([(0, 10), (5, 15), (20, 30)]) == 25   # overlapping, then apart
+    # Gradients all-reduced one by one, overlapping (Horovod's own optimizer): the phase
+    # covers their union, not their sum.
+    apart = [{"ph": p, "name": "ALLREDUCE", "ts": t + shift + (20 if p == "E" else 0),
+              "pid": pid} for t in (0, 100, 200, 300) for pid, shift in ((0, 0), (1, 10))
+             for p in ("B", "E")]
+    found = phases.step_phases(phases.tensor_phases(apart), skip=0)
+    assert found["phases_ms"]["ALLREDUCE"] == pytest.approx(0.03)
     # Too few steps past the warmup to time: said so, not a median of nothing.
     with pytest.raises(common.BenchError, match="too few"):
         phases.step_phases(phases.tensor_phases(phases.read_timeline(text)), skip=2)
