@@ -168,6 +168,24 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+def stack_rounds(what: str, rounds: int, pythons: Mapping[str, str],
+                 measure: Callable[[str], dict[str, Any]]
+                 ) -> tuple[list[dict[str, dict[str, Any]]], list[float]]:
+    """``rounds`` interleaved rounds of ``measure(python)`` on each stack of ``pythons`` (name:
+    interpreter), in the reverse order every other round so that a drift in the machine's load
+    falls on all: per round each stack's figures, and the load average before each round."""
+    measured, loads = [], []
+    for i in range(rounds):
+        loads.append(load_average())
+        order = list(pythons) if i % 2 == 0 else list(pythons)[::-1]
+        row = {}
+        for which in order:
+            say(f"{what}, round {i + 1}/{rounds}, {which} stack...")
+            row[which] = measure(pythons[which])
+        measured.append({which: row[which] for which in pythons})
+    return measured, loads
+
+
 def machine(python: str = sys.executable) -> dict[str, Any]:
     """What the figures were measured on: CPU, cores, memory, and the versions of the stack
     measured (the virtualenv of ``python``, which need not be this driver's)."""

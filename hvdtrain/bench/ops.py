@@ -22,7 +22,7 @@ import re
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -47,7 +47,7 @@ def op_type(event_name: str) -> str | None:
     return match.group(1) if match else None
 
 
-def self_times(events: Iterable[tuple[int, int, str]]) -> Counter[str]:
+def self_times(events: Iterable[tuple[float, float, str]]) -> dict[str, float]:
     """Per name, the time its events spent outside the events nested in them; ``events``: one
     thread's (start, duration, name), in any order, nested or in sequence as a tracer records
     them."""
@@ -60,16 +60,16 @@ def self_times(events: Iterable[tuple[int, int, str]]) -> Counter[str]:
         if open_events:
             own[open_events[-1]] -= duration
         open_events.append(i)
-    times: Counter[str] = Counter()
+    times: dict[str, float] = defaultdict(float)
     for (_, _, name), seconds in zip(ordered, own):
         times[name] += seconds
     return times
 
 
-def op_seconds(lines: Iterable[Iterable[tuple[int, int, str]]]) -> Counter[str]:
+def op_seconds(lines: Iterable[Iterable[tuple[float, float, str]]]) -> dict[str, float]:
     """Per op type, its own time summed over every thread's events (``lines``, as
     ``self_times`` takes them); the runtime's events are left out."""
-    totals: Counter[str] = Counter()
+    totals: dict[str, float] = defaultdict(float)
     for events in lines:
         for name, own in self_times(events).items():
             kind = op_type(name)
@@ -78,7 +78,7 @@ def op_seconds(lines: Iterable[Iterable[tuple[int, int, str]]]) -> Counter[str]:
     return totals
 
 
-def profile_lines(log_dir: Path) -> list[list[tuple[int, int, str]]]:
+def profile_lines(log_dir: Path) -> list[list[tuple[float, float, str]]]:
     """The host threads' events of the one profile under ``log_dir``, in seconds. TensorFlow
     imports here."""
     try:
@@ -155,7 +155,8 @@ def rank_main(options: dict[str, Any]) -> None:
                "step_ms": 1e3 * unprofiled["step_seconds_median"],
                "profiled_steps": profile.steps,
                "profiled_step_ms": 1e3 * profile.seconds / profile.steps,
-               "ops_ms": {kind: 1e3 * s / profile.steps for kind, s in ops.most_common()}}
+               "ops_ms": {kind: 1e3 * s / profile.steps
+                          for kind, s in sorted(ops.items(), key=lambda item: -item[1])}}
     Path(options["out"]).write_text(json.dumps(figures))
 
 
@@ -212,16 +213,10 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     results = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for name in models:
-            measured, loads = [], []
-            for i in range(rounds):
-                loads.append(common.load_average())
-                order = list(pythons) if i % 2 == 0 else list(pythons)[::-1]
-                row = {}
-                for which in order:
-                    common.say(f"ops: {name}, round {i + 1}/{rounds}, {which} stack...")
-                    row[which] = measure(scaling.WORKLOADS[name], plan, Path(tmp),
-                                         pythons[which])
-                measured.append({which: row[which] for which in pythons})
+            workload = scaling.WORKLOADS[name]
+            measured, loads = common.stack_rounds(
+                f"ops: {name}", rounds, pythons,
+                lambda python: measure(workload, plan, Path(tmp), python))
             results.append(summarize_model(name, measured, loads))
     result = {"benchmark": "ops", "machine": machine,
               "stacks": {k: common.stack_line(v) for k, v in versions.items()},

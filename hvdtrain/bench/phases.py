@@ -144,16 +144,10 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     results = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for name in models:
-            measured, loads = [], []
-            for i in range(rounds):
-                loads.append(common.load_average())
-                order = list(pythons) if i % 2 == 0 else list(pythons)[::-1]
-                row = {}
-                for which in order:
-                    common.say(f"phases: {name}, round {i + 1}/{rounds}, {which} stack...")
-                    row[which] = measure(scaling.WORKLOADS[name], plan, Path(tmp),
-                                         pythons[which])
-                measured.append({which: row[which] for which in pythons})
+            workload = scaling.WORKLOADS[name]
+            measured, loads = common.stack_rounds(
+                f"phases: {name}", rounds, pythons,
+                lambda python: measure(workload, plan, Path(tmp), python))
             results.append(summarize_model(name, measured, loads))
     result = {"benchmark": "phases", "machine": machine, "ranks": RANKS,
               "stacks": {k: results[0]["rounds"][0][k]["stack"] for k in pythons}

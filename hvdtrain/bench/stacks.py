@@ -63,16 +63,9 @@ def ratios(rounds: list[dict[str, dict]], this: str, other: str) -> dict[str, di
 def run_model(workload: scaling.Workload, pythons: dict[str, str], plan: scaling.Plan,
               rounds: int, work_dir: Path) -> dict[str, Any]:
     """``rounds`` interleaved rounds of both stacks on one model."""
-    measured: list[dict[str, dict]] = []
-    loads = []
-    for i in range(rounds):
-        order = ("this", "other") if i % 2 == 0 else ("other", "this")
-        loads.append(common.load_average())
-        row = {}
-        for which in order:
-            common.say(f"stacks: round {i + 1}/{rounds}, {which} stack ({workload.name})...")
-            row[which] = measure_stack(pythons[which], workload, plan, work_dir)
-        measured.append(row)
+    measured, loads = common.stack_rounds(
+        f"stacks: {workload.name}", rounds, pythons,
+        lambda python: measure_stack(python, workload, plan, work_dir))
     return {"model": workload.name, "stacks": {k: measured[0][k]["stack"] for k in pythons},
             "load_average_before_each_round": loads, "rounds": measured,
             "ratio_this_over_other": ratios(measured, "this", "other"),
