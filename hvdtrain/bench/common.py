@@ -15,6 +15,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -184,6 +185,21 @@ def stack_rounds(what: str, rounds: int, pythons: Mapping[str, str],
             row[which] = measure(pythons[which])
         measured.append({which: row[which] for which in pythons})
     return measured, loads
+
+
+def rounds_per_model(what: str, models: Sequence[str], rounds: int, pythons: Mapping[str, str],
+                     measure: Callable[[str, Path, str], dict[str, Any]],
+                     summarize: Callable[[str, list, list[float]], dict[str, Any]]
+                     ) -> list[dict[str, Any]]:
+    """Per model: its ``stack_rounds`` of ``measure(model, work_dir, python)``, then
+    ``summarize(model, rounds, loads)``; the jobs write into a temporary ``work_dir``."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
+        for name in models:
+            measured, loads = stack_rounds(f"{what}: {name}", rounds, pythons,
+                                           lambda python: measure(name, Path(tmp), python))
+            results.append(summarize(name, measured, loads))
+    return results
 
 
 def machine(python: str = sys.executable) -> dict[str, Any]:

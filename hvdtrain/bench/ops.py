@@ -20,7 +20,6 @@ import glob
 import json
 import re
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -210,14 +209,10 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
                                world_sizes=tax.PLAN_WORLD_SIZES)
     pythons = {"this": python, **({"other": other_python} if other_python else {})}
     versions = {k: common.stack_versions(v) for k, v in pythons.items()}
-    results = []
-    with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        for name in models:
-            workload = scaling.WORKLOADS[name]
-            measured, loads = common.stack_rounds(
-                f"ops: {name}", rounds, pythons,
-                lambda python: measure(workload, plan, Path(tmp), python))
-            results.append(summarize_model(name, measured, loads))
+    results = common.rounds_per_model(
+        "ops", models, rounds, pythons,
+        lambda name, work_dir, python: measure(scaling.WORKLOADS[name], plan, work_dir, python),
+        summarize_model)
     result = {"benchmark": "ops", "machine": machine,
               "stacks": {k: common.stack_line(v) for k, v in versions.items()},
               "plan": {"rounds": rounds, **dataclasses.asdict(plan)}, "results": results}
@@ -283,10 +278,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench ops``; UserError when --venv or --other-venv has no Python or a model
     is unknown."""
-    python = tax.venv_python(args.venv, "--venv") or sys.executable
-    run(Path(args.out), models=scaling.model_names(args.models, args.quick),
-        rounds=args.rounds or (2 if args.quick else 3), quick=args.quick, python=python,
-        other_python=tax.venv_python(args.other_venv, "--other-venv"))
+    run(Path(args.out), **tax.stack_choice(args))
 
 
 BENCHMARK = registry.Benchmark(

@@ -19,7 +19,6 @@ import dataclasses
 import json
 import statistics
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -141,14 +140,10 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     machine = common.machine(python)   # before the work: its load is the machine's own
     plan = dataclasses.replace(scaling.QUICK if quick else scaling.FULL, world_sizes=(RANKS,))
     pythons = {"this": python, **({"other": other_python} if other_python else {})}
-    results = []
-    with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        for name in models:
-            workload = scaling.WORKLOADS[name]
-            measured, loads = common.stack_rounds(
-                f"phases: {name}", rounds, pythons,
-                lambda python: measure(workload, plan, Path(tmp), python))
-            results.append(summarize_model(name, measured, loads))
+    results = common.rounds_per_model(
+        "phases", models, rounds, pythons,
+        lambda name, work_dir, python: measure(scaling.WORKLOADS[name], plan, work_dir, python),
+        summarize_model)
     result = {"benchmark": "phases", "machine": machine, "ranks": RANKS,
               "stacks": {k: results[0]["rounds"][0][k]["stack"] for k in pythons}
               if results else {},
@@ -205,10 +200,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench phases``; UserError when --venv or --other-venv has no Python or a
     model is unknown."""
-    python = tax.venv_python(args.venv, "--venv") or sys.executable
-    run(Path(args.out), models=scaling.model_names(args.models, args.quick),
-        rounds=args.rounds or (2 if args.quick else 3), quick=args.quick, python=python,
-        other_python=tax.venv_python(args.other_venv, "--other-venv"))
+    run(Path(args.out), **tax.stack_choice(args))
 
 
 BENCHMARK = registry.Benchmark(

@@ -319,11 +319,16 @@ def venv_python(venv: Path | None, option: str) -> str | None:
 def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench tax``; UserError when --venv or --other-venv has no Python or a model
     is unknown."""
-    python = venv_python(args.venv, "--venv") or sys.executable
-    rounds = args.rounds or (2 if args.quick else 3)
-    run(Path(args.out), models=scaling.model_names(args.models, args.quick), rounds=rounds,
-        quick=args.quick, python=python,
-        other_python=venv_python(args.other_venv, "--other-venv"))
+    run(Path(args.out), **stack_choice(args))
+
+
+def stack_choice(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``add_arguments``' options chose, as tax's, ops' and phases' ``run`` take it: the
+    models, rounds, --quick, this stack's interpreter and the other's."""
+    return {"models": scaling.model_names(args.models, args.quick),
+            "rounds": args.rounds or (2 if args.quick else 3), "quick": args.quick,
+            "python": venv_python(args.venv, "--venv") or sys.executable,
+            "other_python": venv_python(args.other_venv, "--other-venv")}
 
 
 BENCHMARK = registry.Benchmark(
