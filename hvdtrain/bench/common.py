@@ -169,6 +169,12 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+def stack_pythons(python: str, other_python: str | None) -> dict[str, str]:
+    """The stacks a comparison measures, by the names its results use: 'this' (``python``)
+    and, when there is one, 'other'."""
+    return {"this": python, **({"other": other_python} if other_python else {})}
+
+
 def stack_rounds(what: str, rounds: int, pythons: Mapping[str, str],
                  measure: Callable[[str], dict[str, Any]]
                  ) -> tuple[list[dict[str, dict[str, Any]]], list[float]]:

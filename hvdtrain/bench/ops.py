@@ -176,22 +176,22 @@ def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
     """One model's rounds (per round, each stack's figures): per stack the medians over rounds
     of each group and op type; with two stacks, this / other per round for each group."""
     stacks = list(rounds[0])
+    grouped = {which: [groups(r[which]["ops_ms"], r[which]["profiled_step_ms"]) for r in rounds]
+               for which in stacks}
     medians = {}
     for which in stacks:
-        grouped = [groups(r[which]["ops_ms"], r[which]["profiled_step_ms"]) for r in rounds]
         kinds = {kind for r in rounds for kind in r[which]["ops_ms"]}
         medians[which] = {
             "step_ms": common.summarize([r[which]["step_ms"] for r in rounds])["median"],
-            "groups": {g: common.summarize([x[g] for x in grouped])["median"]
-                       for g in grouped[0]},
+            "groups": {g: common.summarize([x[g] for x in grouped[which]])["median"]
+                       for g in grouped[which][0]},
             "ops_ms": {kind: common.summarize([r[which]["ops_ms"].get(kind, 0.0)
                                                for r in rounds])["median"] for kind in kinds}}
     result = {"model": name, "rounds": list(rounds), "load_average_before_each_round": list(loads),
               "medians": medians}
     if len(stacks) == 2:
         this, other = stacks
-        per_round = [(groups(r[this]["ops_ms"], r[this]["profiled_step_ms"]),
-                      groups(r[other]["ops_ms"], r[other]["profiled_step_ms"])) for r in rounds]
+        per_round = list(zip(grouped[this], grouped[other]))
         result["this_over_other"] = {
             "step": common.ratio_summary([r[this]["step_ms"] / r[other]["step_ms"]
                                           for r in rounds], SPREAD_LIMIT),
@@ -207,7 +207,7 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     machine = common.machine(python)   # before the work: its load is the machine's own
     plan = dataclasses.replace(scaling.QUICK if quick else scaling.FULL,
                                world_sizes=tax.PLAN_WORLD_SIZES)
-    pythons = {"this": python, **({"other": other_python} if other_python else {})}
+    pythons = common.stack_pythons(python, other_python)
     versions = {k: common.stack_versions(v) for k, v in pythons.items()}
     results = common.rounds_per_model(
         "ops", models, rounds, pythons,

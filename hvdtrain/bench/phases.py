@@ -139,7 +139,7 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     ``other_python``), written to phases.json/.md/.png."""
     machine = common.machine(python)   # before the work: its load is the machine's own
     plan = dataclasses.replace(scaling.QUICK if quick else scaling.FULL, world_sizes=(RANKS,))
-    pythons = {"this": python, **({"other": other_python} if other_python else {})}
+    pythons = common.stack_pythons(python, other_python)
     results = common.rounds_per_model(
         "phases", models, rounds, pythons,
         lambda name, work_dir, python: measure(scaling.WORKLOADS[name], plan, work_dir, python),

@@ -184,7 +184,7 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     machine = common.machine(python)   # before the work: its load is the machine's own
     plan = dataclasses.replace(scaling.QUICK if quick else scaling.FULL,
                                world_sizes=PLAN_WORLD_SIZES)
-    pythons = {"this": python, **({"other": other_python} if other_python else {})}
+    pythons = common.stack_pythons(python, other_python)
     versions = {k: common.stack_versions(v) for k, v in pythons.items()}
     results: list[dict[str, Any]] = []
     comparisons: list[dict[str, Any]] = []
