@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +16,7 @@ import tensorflow as tf
 from hvdtrain import checkpoints, schedules
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
+from hvdtrain.watchdog import STALL_EXIT_CODE, StallWatchdog  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from hvdtrain.distributed import World
@@ -254,48 +253,6 @@ class StopOnNonFiniteLoss(tf.keras.callbacks.Callback):
         raise UserError(f"training diverged: the loss is {loss} in epoch {epoch + 1}; {kept}: "
                         f"lower optim.lr (or raise optim.warmup_epochs) and resume with "
                         f"--resume", shared=True)
-
-
-class StallWatchdog(tf.keras.callbacks.Callback):
-    """Ends this process when no training step (or epoch end) has finished for ``seconds``.
-
-    For Gloo, where Horovod's own stall check does nothing: a rank waiting forever in an
-    all-reduce for a stalled peer would otherwise hang the job. The launcher then stops the
-    other ranks. Call ``stop()`` when fit returns, however it returns.
-    """
-
-    def __init__(self, seconds: float, rank: int, clock: Callable[[], float] = time.monotonic):
-        super().__init__()
-        self.seconds, self.rank, self.clock = seconds, rank, clock
-        self._last = clock()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self._last = self.clock()
-        self._thread.start()
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self._last = self.clock()
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self._last = self.clock()
-
-    def stop(self) -> None:
-        """Ends the watch (call it when fit returns); the process is no longer ended."""
-        self._stopped.set()
-
-    def _watch(self) -> None:
-        while not self._stopped.wait(min(1.0, self.seconds / 4)):
-            if self.clock() - self._last > self.seconds:
-                print(f"hvdtrain: error: rank {self.rank}: no training step finished in "
-                      f"{self.seconds:g} s (run.stall_abort_s): a rank stalled or a collective "
-                      f"hangs; stopping. Under mpirun Horovod's stall check names the rank",
-                      file=sys.stderr, flush=True)
-                os._exit(STALL_EXIT_CODE)
-
-
-STALL_EXIT_CODE = 1
 
 
 class CommitEachEpoch(tf.keras.callbacks.Callback):
