@@ -187,6 +187,23 @@ def patch_launcher() -> bool:
     return applied
 
 
+def _extract(archive: tarfile.TarFile, folder: Path) -> None:
+    """Unpacks Horovod's source with tarfile's "data" filter where this Python has it (3.11.4
+    on); Debian 12's python3 is 3.11.2, where the same refusal of a member that would land
+    outside the folder is done here."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(folder, filter="data")
+        return
+    root = folder.resolve()
+    for member in archive.getmembers():
+        target = (root / member.name).resolve()
+        link = (target.parent / member.linkname).resolve() if member.issym() else root
+        if (not target.is_relative_to(root) or not link.is_relative_to(root)
+                or member.islnk() or member.isdev()):
+            raise UserError(f"Horovod's source archive has an unsafe member: {member.name}")
+    archive.extractall(folder)
+
+
 def build(tensorflow: str, say: Callable[[str], None]) -> None:
     """Downloads Horovod's source, patches it for this TensorFlow and builds it here, in this
     interpreter's environment (no build isolation: it must see this TensorFlow)."""
@@ -199,7 +216,7 @@ def build(tensorflow: str, say: Callable[[str], None]) -> None:
         _pip("download", "-q", "--no-deps", "--no-binary", ":all:",
              f"horovod=={HOROVOD_VERSION}", "-d", tmp)
         with tarfile.open(next(Path(tmp).glob("horovod-*.tar.gz"))) as archive:
-            archive.extractall(tmp, filter="data")
+            _extract(archive, Path(tmp))
         source = Path(tmp) / f"horovod-{HOROVOD_VERSION}"
         if minor(tensorflow) >= XLA_PATCH_FROM:
             say(f"patching Horovod's source for TensorFlow {tensorflow}: {XLA_PATCH}")
