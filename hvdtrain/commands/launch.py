@@ -1,15 +1,17 @@
 """``hvdtrain launch local|hostfile|elastic|slurm|discover-hosts``: the launch scripts of
-run_scripts/, reachable after a pip install (the wheel ships them under hvdtrain/shipped/)."""
+run_scripts/, reachable after a pip install (the wheel ships them under hvdtrain/shipped/);
+``hvdtrain launch k8s``: a Kubeflow MPIJob that runs the hostfile one (hvdtrain/k8s.py)."""
 from __future__ import annotations
 
 import argparse
 import os
 
-from hvdtrain import shipped
+from hvdtrain import k8s, shipped
 
 NAME = "launch"
 HELP = ("run a launch script: local (N ranks here, Gloo), hostfile (MPI over hosts), elastic "
-        "(Gloo); slurm and discover-hosts print theirs ('hvdtrain launch NAME --help')")
+        "(Gloo); slurm and discover-hosts print theirs, k8s prints a Kubeflow MPIJob "
+        "('hvdtrain launch NAME --help')")
 # name -> (file in run_scripts/, run it (True) or print how to use it (False))
 SCRIPTS = {"local": ("local.sh", True), "hostfile": ("mpirun_hostfile.sh", True),
            "elastic": ("elastic.sh", True), "slurm": ("slurm.sbatch", False),
@@ -21,14 +23,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (f"Runs one of the launch scripts in {folder} with ARGS (see "
                           f"'hvdtrain launch NAME --help'); slurm and discover-hosts are "
                           f"submitted or passed on by you, so their path is printed.")
-    parser.add_argument("script", choices=list(SCRIPTS), metavar="NAME",
-                        help=", ".join(SCRIPTS))
+    parser.add_argument("script", choices=[*SCRIPTS, "k8s"], metavar="NAME",
+                        help=", ".join([*SCRIPTS, "k8s"]))
     parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="the script's arguments, e.g. 'local 2 --preset digits'; "
                              "'NAME --path' prints the script's path")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.script == "k8s":
+        return k8s.main(args.args)
     file, runs = SCRIPTS[args.script]
     path = shipped.folder("run_scripts") / file
     path_only = args.args == ["--path"]  # after NAME, so the script's own flags pass through
