@@ -173,6 +173,8 @@ class RunConfig:
                                  "collective", default=60)
     stall_abort_s: int = _help("abort the job when ranks wait this long in a collective "
                                "(>= stall_warning_s); 0: wait forever", default=600)
+    private: bool = _help("rank 0 makes run_dir owner-only (0700) and writes its files "
+                          "owner-only (umask 077); false: your umask decides", default=True)
 
     def __post_init__(self) -> None:
         _check_choices(self, "run")

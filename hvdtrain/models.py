@@ -163,8 +163,9 @@ def resolve(name: str) -> Builder:
 def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
     """The model ``cfg`` names (registered or a user's), built for ``input_shape`` and
     ``num_classes``; UserError unless it is a tf.keras.Model with [batch, num_classes] outputs.
-    Its BatchNormalization layers compute with the fused kernel (``fused_norm``) unless
-    ``cfg.fused_batch_norm`` is off."""
+    Its BatchNormalization layers are synchronized over ranks with ``cfg.sync_batch_norm``,
+    or else compute with the fused kernel (``fused_norm``) unless ``cfg.fused_batch_norm`` is
+    off."""
     builder = resolve(cfg.name)
     try:
         model = builder(tuple(input_shape), num_classes, cfg)
@@ -184,6 +185,9 @@ def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> t
     if not (isinstance(out, tuple) and len(out) == 2 and out[-1] == num_classes):
         raise UserError(f"model {cfg.name} outputs shape {out}; it must output "
                         f"[batch, {num_classes}] logits (one per class)")
+    if cfg.sync_batch_norm:  # first: the fused kernel takes the plain layer only
+        from hvdtrain import distributed as dist  # Horovod's collectives, asked for here only
+        dist.synchronize_batch_norm(model)
     if cfg.fused_batch_norm:
         fused_norm.fuse_batch_norm(model)
     return model

@@ -53,21 +53,32 @@ def save_class_names(folder: Path, class_names: Sequence[str]) -> None:
 def open_run_dir(run_dir: Path, checkpoint: tf.train.Checkpoint, config: Config, *,
                  resume: bool, say: Callable[[str], None],
                  class_names: Sequence[str] = ()) -> tuple[int, dict]:
-    """Refuses to overwrite an earlier run, restores the latest checkpoint when resuming, and
-    writes the config (a resume's beside the first) and the class names. Returns (epochs
-    already done, their last metrics)."""
+    """Refuses to overwrite an earlier run, makes the run directory owner-only (unless
+    run.private is false), restores the latest checkpoint when resuming, and writes the config
+    (a resume's beside the first) and the class names. Returns (epochs already done, their
+    last metrics)."""
     found = checkpoints.latest(run_dir)
     if found and not resume:
         raise UserError(f"{run_dir} already holds a run (checkpoint after epoch {found[0]}): "
                         f"pass --resume to continue it, or choose another --run-dir")
     if (run_dir / "summary.json").exists() and not resume:
         raise UserError(f"{run_dir} already holds a finished run: choose another --run-dir")
+    if config.run.private:
+        # From here on rank 0, the one writer, creates files owner-only: the checkpoints, logs
+        # and model hold the user's model and data, which a umask of 022 lets anyone read.
+        os.umask(0o077)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create run dir {run_dir}: {e.strerror}") from None
     if not os.access(run_dir, os.W_OK):
         raise UserError(f"run dir {run_dir} is not writable: choose another --run-dir")
+    if config.run.private and run_dir.stat().st_mode & 0o077:
+        try:  # also a directory made before: by the user, or by a run with run.private=false
+            run_dir.chmod(0o700)
+        except OSError as e:
+            raise UserError(f"cannot make run dir {run_dir} owner-only: {e.strerror}: pass "
+                            f"--set run.private=false to keep its permissions") from None
     start_epoch, restored = 0, {}
     if found:
         checkpoints.restore(checkpoint, found[1])

@@ -158,6 +158,8 @@ class Trainer:
             samples_per_epoch=stream.samples_per_epoch, peak_lr=peak_lr, evaluate=evaluate,
             # The custom loop adds its metrics' sums across ranks itself.
             metric_average=dist.metric_average_callback() if cfg.train.loop == "fit" else None,
+            # Before the eval, each checkpoint and the export: the same statistics everywhere.
+            statistics_average=dist.statistics_average_callback(),
             agree=lambda problem: dist.agree_or_fail(problem, self.world), extra=extra)
         final_logs = dict(setup.restored_metrics)
         if setup.start_epoch >= cfg.train.epochs:

@@ -29,6 +29,7 @@ from horovod.common.exceptions import HorovodInternalError
 from hvdtrain import config as config_lib
 from hvdtrain import placement, rank_env
 from hvdtrain.config import HorovodConfig
+from hvdtrain.distributed import binding
 # The Keras-dependent half, re-exported: callers write dist.distributed_optimizer and so on.
 from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_variables,
                                           distributed_optimizer, distributed_tape,
@@ -36,6 +37,9 @@ from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_vari
                                           load_model, metric_average_callback,
                                           optimizer_variables, run_elastic, save_model,
                                           scale_loss, unscale_gradients)
+from hvdtrain.distributed.batch_norm import (average_statistics, normalization_statistics,
+                                             statistics_average_callback,
+                                             synchronize_batch_norm)
 from hvdtrain.distributed.reducer import reduce_gradients
 from hvdtrain.errors import UserError
 
@@ -48,8 +52,18 @@ __all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Ho
     "broadcast_variables", "distributed_optimizer", "distributed_tape", "elastic_state",
     "fit_callbacks", "keras_version", "load_model", "metric_average_callback",
     "optimizer_variables", "run_elastic", "save_model", "scale_loss", "unscale_gradients",
-    "apply_scaled_gradients",
+    "apply_scaled_gradients", "average_statistics", "normalization_statistics",
+    "statistics_average_callback", "synchronize_batch_norm", "SyncBatchNormalization",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``SyncBatchNormalization``: this stack's synchronized BatchNormalization (Horovod's on
+    Keras 2, hvdtrain's own on Keras 3), a drop-in for ``tf.keras.layers.BatchNormalization``;
+    looked up when first asked for (the Keras version decides which)."""
+    if name == "SyncBatchNormalization":
+        return binding.sync_batch_normalization_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

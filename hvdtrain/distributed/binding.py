@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import tensorflow as tf
 
 from hvdtrain.config import HorovodConfig
+from hvdtrain.distributed import batch_norm
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
@@ -68,6 +69,9 @@ class KerasBinding(Protocol):
                                variables: Sequence[tf.Variable]) -> None:
         """... or applied, unscaled, checked for inf/NaN on the way."""
 
+    def sync_batch_normalization_class(self) -> type:
+        """The BatchNormalization whose training moments are the global batch's."""
+
 
 def keras_version() -> str:
     """The installed Keras's version, e.g. "3.15.1" or "2.15.0"."""
@@ -116,7 +120,8 @@ def fit_callbacks(root_rank: int = 0) -> list[tf.keras.callbacks.Callback]:
     """For a library user's own ``model.fit``: rank 0's initial state broadcast to every rank
     at the start, and the epoch's metrics averaged over ranks. Put them first."""
     binding = _keras_binding()
-    return [binding.broadcast_callback(root_rank), binding.metric_average_callback()]
+    return [binding.broadcast_callback(root_rank), binding.metric_average_callback(),
+            batch_norm.statistics_average_callback()]  # the same statistics on every rank
 
 
 def metric_average_callback() -> tf.keras.callbacks.Callback:
@@ -168,3 +173,9 @@ def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: 
     """A LossScaleOptimizer's update from gradients of the scaled loss, on either Keras:
     unscaled, checked for inf/NaN (a skipped step then) and applied."""
     _keras_binding().apply_scaled_gradients(optimizer, gradients, variables)
+
+
+def sync_batch_normalization_class() -> type:
+    """This stack's synchronized BatchNormalization: Horovod's on Keras 2, hvdtrain's own
+    (``batch_norm.SyncBatchNormalization``) on Keras 3."""
+    return _keras_binding().sync_batch_normalization_class()

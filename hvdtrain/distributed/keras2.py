@@ -121,3 +121,8 @@ def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: 
                            variables: Sequence[tf.Variable]) -> None:
     # Keras 2's LossScaleOptimizer applies what it is given: unscale first.
     optimizer.apply_gradients(zip(unscale_gradients(optimizer, gradients), variables))
+
+
+def sync_batch_normalization_class() -> type:
+    # Horovod: its Keras 2 layer all-reduces each training step's moments over the ranks.
+    return hvd.SyncBatchNormalization

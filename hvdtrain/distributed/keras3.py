@@ -287,3 +287,8 @@ def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
 def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: list[tf.Tensor],
                            variables: Sequence[Any]) -> None:
     optimizer.apply_gradients(zip(gradients, variables))  # it unscales them itself
+
+
+def sync_batch_normalization_class() -> type:
+    from hvdtrain.distributed.batch_norm import SyncBatchNormalization
+    return SyncBatchNormalization  # hvdtrain's own: Keras 3's synchronized needs tf.distribute
