@@ -97,6 +97,13 @@ class ModelConfig:
                                    "TensorFlow's fused kernel, as Keras 2's do (the same "
                                    "results to float rounding, faster); false: "
                                    "Keras 3's own element-wise ops", default=True)
+    sync_batch_norm: bool = _help("BatchNormalization layers (bundled and user models) "
+                                  "compute each training step's batch moments over all "
+                                  "ranks' batches (synchronized batch normalization), so N "
+                                  "ranks at batch B normalize as 1 rank at N x B: for small "
+                                  "per-rank batches; one all-reduce per layer and step. "
+                                  "Either way the moving statistics are averaged over ranks "
+                                  "before each eval, checkpoint and export", default=False)
 
     def __post_init__(self) -> None:
         if not self.name:
