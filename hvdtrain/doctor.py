@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from hvdtrain import horovod_install, launchers, launching, placement, shipped
+from hvdtrain import doctor_report, horovod_install, launchers, launching, placement, shipped
 
 SMOKE_RANKS = 2
 SMOKE_TIMEOUT_S = 180
@@ -29,10 +29,21 @@ PROBE = (
     "import json, importlib.metadata as m\n"
     "from hvdtrain import launching; launching.load_tensorflow()\n"
     "import tensorflow as tf\n"
+    "def have(name):\n"
+    "    try: return m.version(name)\n"
+    "    except m.PackageNotFoundError: return None\n"
+    "built = tf.sysconfig.get_build_info()\n"
+    "gpus = tf.config.list_physical_devices('GPU')\n"
     "print(json.dumps({'tensorflow': tf.__version__, 'keras': m.version('keras'),\n"
-    "                  'gpus': len(tf.config.list_physical_devices('GPU'))}), flush=True)\n"
+    "                  'tf_keras': have('tf_keras'), 'gpus': len(gpus),\n"
+    "                  'gpu_names': [tf.config.experimental.get_device_details(g)\n"
+    "                                .get('device_name', g.name) for g in gpus],\n"
+    "                  'cuda': built.get('cuda_version'), 'cudnn': built.get('cudnn_version')}),\n"
+    "      flush=True)\n"
     f"{horovod_install.PROBE}\n")
 SMOKE_RANK = "from hvdtrain import doctor; doctor.smoke_rank()"
+# The timed all-reduce of the smoke test (--report): 2 MiB of float64, the median of 5.
+TIMED_FLOATS, TIMED_REPEATS = 256 * 1024, 5
 
 
 @dataclass(frozen=True)
@@ -51,9 +62,16 @@ def smoke_rank() -> None:
     world = dist.init(device="cpu")  # Horovod: joins the 2-rank job the launcher started
     # Horovod: a real collective over the launcher's controller; every rank must get the sum.
     total = dist.allreduce_sum(np.array([world.rank + 1.0]))
+    times = []
+    for _ in range(TIMED_REPEATS):
+        started = time.perf_counter()
+        dist.allreduce_sum(np.ones(TIMED_FLOATS))  # Horovod: the time a user's report quotes
+        times.append(time.perf_counter() - started)
     print("hvdtrain-smoke " + json.dumps({"rank": world.rank, "size": world.size,
                                           "controller": world.controller,
-                                          "sum": float(total[0])}), flush=True)
+                                          "sum": float(total[0]),
+                                          "ms": 1000 * sorted(times)[len(times) // 2]}),
+          flush=True)
 
 
 SMOKE_REPORT = re.compile(r"hvdtrain-smoke (\{[^{}]*\})")
@@ -105,16 +123,19 @@ def check_tensorflow() -> Check:
     return Check("tensorflow", not problem, problem or f"{version}")
 
 
-def probe_checks() -> list[Check]:
-    """Keras and its binding, the GPUs (and local rank 0's pin), and Horovod's ops loading."""
+def probe_checks(facts: dict | None = None) -> list[Check]:
+    """Keras and its binding, the GPUs (and local rank 0's pin), and Horovod's ops loading;
+    what the probe found goes into ``facts`` (doctor --report prints it)."""
     status, output = _run([sys.executable, "-c", PROBE], horovod_install.PROBE_TIMEOUT_S)
     facts_line = next((line for line in output.splitlines() if line.startswith("{")), None)
     if facts_line is None:
         last = ([line for line in output.splitlines() if line.strip()] or ["no output"])[-1]
         reinstall = f"pip install --force-reinstall '{horovod_install.TENSORFLOW_PIN}'"
         return [Check("tensorflow", False, f"import tensorflow failed: {last[:200]}: {reinstall}")]
-    facts = json.loads(facts_line)
-    checks = [check_keras(facts["keras"]), check_gpus(facts["gpus"])]
+    found = json.loads(facts_line)
+    if facts is not None:
+        facts.update(found)
+    checks = [check_keras(found["keras"]), check_gpus(found["gpus"])]
     installed = horovod_install.distribution_version("horovod")
     if status == 0:
         checks.append(Check("horovod", True, f"{installed}, its TensorFlow ops load"))
@@ -188,18 +209,23 @@ def check_smoke(launcher: str) -> Check:
         last = ([line for line in output.splitlines() if line.strip()] or ["no output"])[-1]
         return Check(name, False, f"exit {status}: {problem or last[:200]}: run "
                                   f"'{' '.join(command)}' to see its output")
-    return Check(name, True, f"every rank all-reduced 1 + 2 = 3 in {seconds:.1f} s")
+    timed = max(json.loads(report)["ms"] for report in SMOKE_REPORT.findall(output))
+    return Check(name, True, f"every rank all-reduced 1 + 2 = 3 in {seconds:.1f} s; "
+                             f"{TIMED_FLOATS * 8 // 1024 ** 2} MiB all-reduce {timed:.2f} ms")
 
 
-def checks() -> list[Check]:
+def checks(facts: dict | None = None) -> list[Check]:
     """Every check; the smoke tests only when all else passed (their failure would only echo
-    a problem already named, after a wait)."""
+    a problem already named, after a wait). ``facts`` gets what the probe found."""
     found = [check_python(), check_tensorflow()]
     if found[-1].ok:
-        found += probe_checks()
+        found += probe_checks(facts)
     if any(check.name == "horovod" and check.ok for check in found):
         # after a failed load it would only echo that failure (nothing looks built)
-        found.append(check_controllers(horovod_install.build_check()))
+        build = horovod_install.build_check()
+        if facts is not None:
+            facts["check_build"] = build
+        found.append(check_controllers(build))
     found.append(check_open_mpi())
     if all(check.ok for check in found):
         # Gloo first: it needs no MPI, like the demo (make demo).
@@ -222,8 +248,12 @@ def report(found: Sequence[Check]) -> str:
     return "\n".join(lines)
 
 
-def run() -> int:
-    """Runs every check and prints the report; returns the exit status, 0 when ready, else 1."""
-    found = checks()
+def run(paste: bool = False) -> int:
+    """Runs every check and prints the report (``paste``: the block for a bug report, from
+    doctor_report); returns the exit status, 0 when ready, else 1."""
+    facts: dict = {}
+    found = checks(facts)
     print(f"hvdtrain doctor ({sys.executable})\n{report(found)}", flush=True)
+    if paste:
+        print(doctor_report.block(found, facts, os.environ), flush=True)
     return 0 if ready(found) else 1

@@ -17,7 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "whether Horovod's TensorFlow ops load in this interpreter (in a subprocess), the MPI "
         "and Gloo controllers, Open MPI and mpirun, the GPUs TensorFlow sees, and a 2-rank "
         "all-reduce under horovodrun --gloo and under mpirun, its result checked.")
+    parser.add_argument("--report", action="store_true",
+                        help="after the checks, print one block to paste into a bug report: "
+                             "versions, Horovod's build, Open MPI's components, every HOROVOD_* "
+                             "and OMPI_MCA_* setting, GPUs, the launcher's variables, the "
+                             "2-rank all-reduce's time")
 
 
 def run(args: argparse.Namespace) -> int:
-    return doctor.run()
+    return doctor.run(paste=args.report)

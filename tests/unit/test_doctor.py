@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import BIN, ROOT, launcher_env, run_job, skip_unless_optional
-from hvdtrain import doctor, horovod_install
+from hvdtrain import doctor, doctor_report, horovod_install
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
@@ -30,15 +30,49 @@ def fail_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.lstrip().startswith("FAIL")]
 
 
+def report_fields(output: str) -> dict[str, str]:
+    """doctor --report's block: each field's first value, by name, in the block's order."""
+    block = output.split(doctor_report.BEGIN, 1)[-1].split(doctor_report.END, 1)[0]
+    return {line[:doctor_report.WIDTH].rstrip(): line[doctor_report.WIDTH:].strip()
+            for line in block.splitlines() if line.strip() and not line.startswith(" ")}
+
+
+def missing_fields(output: str) -> list[str]:
+    """The fields doctor --report must print that ``output`` lacks or leaves empty."""
+    fields = report_fields(output)
+    return [name for name in doctor_report.FIELDS if not fields.get(name)]
+
+
+# Set for the report to show: a Horovod and an Open MPI setting, and the MPI Operator's role.
+REPORTED_ENV = {"HOROVOD_DOCTOR_MARK": "1", "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+                "K_MPI_JOB_ROLE": "launcher"}
+
+
 @pytest.mark.multirank
 def test_doctor_passes_the_healthy_venv_with_a_checked_all_reduce_under_both_launchers():
-    job = hvdtrain_cli("doctor", env=launcher_env())
+    job = hvdtrain_cli("doctor", "--report", env=launcher_env(REPORTED_ENV))
     assert job.returncode == 0, job.output
     assert not fail_lines(job.output), job.output
     for launcher in ("gloo", "mpi"):
         assert re.search(rf"^  ok +2 ranks {launcher} +every rank all-reduced 1 \+ 2 = 3 ",
                          job.output, re.M), job.output
     assert "ready: a 2-rank job works here" in job.output
+    # --report: every field, in order, and what this venv and environment hold.
+    fields = report_fields(job.output)
+    assert missing_fields(job.output) == [] and list(fields) == list(doctor_report.FIELDS)
+    assert fields["tensorflow"] == horovod_install.tensorflow_version()
+    assert fields["keras"] == importlib.metadata.version("keras")
+    assert "controllers: MPI, Gloo" in fields["horovod build"]
+    assert fields["open mpi"].startswith("4.1") and "vader" in fields["open mpi btl"]
+    for name, value in REPORTED_ENV.items():
+        assert re.search(rf"^ +{name}={value}$|  {name}={value}$", job.output, re.M), name
+    for launcher in ("gloo", "mpi"):
+        assert re.fullmatch(r"2 ranks, 2 MiB all-reduce \d+\.\d+ ms \(median of 5\)",
+                            fields[f"all-reduce {launcher}"]), fields
+    assert fields["checks"] == "every check ok"
+    # Control: the same output with one field's line taken out fails the check.
+    cut = re.sub(r"^nccl .*\n", "", job.output, flags=re.M)
+    assert missing_fields(cut) == ["nccl"]
 
 
 def _other_stacks_horovod(tmp_path: Path) -> dict[str, str]:

@@ -1,0 +1,124 @@
+"""``hvdtrain doctor --report``: one block to paste into a bug report, in the manner of PyTorch's
+``python -m torch.utils.collect_env`` and DeepSpeed's ``ds_report``: the versions, Horovod's build,
+Open MPI's components, the settings in force, the GPUs, the launcher's environment and the 2-rank
+all-reduce's time, each on a line of its own named by FIELDS ("none" where there is nothing).
+Built from doctor's checks and probe; nothing here imports TensorFlow or Horovod.
+"""
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from hvdtrain import horovod_install
+
+if TYPE_CHECKING:
+    from hvdtrain.doctor import Check
+
+BEGIN = "----- hvdtrain doctor --report: paste from here -----"
+END = "----- to here -----"
+# Every line of the block, in order: the test holds the block to it.
+FIELDS = ("hvdtrain", "python", "platform", "tensorflow", "keras", "tf_keras",
+          "TF_USE_LEGACY_KERAS", "horovod", "horovod build", "open mpi", "open mpi btl",
+          "open mpi coll", "HOROVOD_*", "OMPI_MCA_*", "gpus", "cuda", "cudnn", "nccl",
+          "launcher env", "all-reduce gloo", "all-reduce mpi", "checks")
+# The variables launchers set: SLURM, PMIx (srun --mpi=pmix, Open MPI's mpirun), Open MPI's
+# ranks, the Kubeflow MPI Operator's pods, Kubernetes.
+LAUNCHER_PREFIXES = ("SLURM_", "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "K_MPI_JOB_ROLE",
+                     "KUBERNETES_")
+WIDTH = 21
+
+
+def check_build_parts(report: str) -> str:
+    """horovodrun --check-build's report as 'frameworks: ...; controllers: ...; tensor ops:
+    ...' (the parts marked [X]), or 'unknown' without one."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in report.splitlines():
+        heading = re.match(r"Available (.+):$", line.strip())
+        if heading:
+            sections.append((heading[1].lower().replace("tensor operations", "tensor ops"), []))
+        elif sections and line.strip().startswith("[X]"):
+            sections[-1][1].append(line.strip()[3:].strip())
+    parts = [f"{name}: {', '.join(built) or 'none'}" for name, built in sections]
+    return "; ".join(parts) + " (horovodrun --check-build)" if parts else "unknown"
+
+
+def ompi_components(kind: str, which=shutil.which) -> str:
+    """The MCA components of ``kind`` (btl, coll) Open MPI's ompi_info lists, or 'none'."""
+    ompi_info = which("ompi_info")
+    if not ompi_info:
+        return "none (no ompi_info on PATH)"
+    listed = subprocess.run([ompi_info], capture_output=True, text=True, timeout=60).stdout
+    names = re.findall(rf"^\s*MCA {kind}: (\S+)", listed, re.M)
+    return ", ".join(names) + " (available; Open MPI picks among them at run time)" \
+        if names else "none"
+
+
+def settings(environ: Mapping[str, str], prefixes: Sequence[str]) -> list[str]:
+    """NAME=value for every variable of ``environ`` that starts with one of ``prefixes``."""
+    return [f"{name}={environ[name]}" for name in sorted(environ)
+            if name.startswith(tuple(prefixes))] or ["none"]
+
+
+def all_reduce(found: Sequence["Check"], launcher: str) -> str:
+    """The timed all-reduce of doctor's 2-rank smoke test under ``launcher``, or why none."""
+    check = next((c for c in found if c.name == f"2 ranks {launcher}"), None)
+    if check is None:
+        return "not run (a check above failed)"
+    timed = re.search(r"(\d+ MiB all-reduce [\d.]+ ms)", check.detail)
+    return f"2 ranks, {timed[1]} (median of 5)" if timed and check.ok else f"FAIL {check.detail}"
+
+
+def _versions(facts: Mapping, environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    import hvdtrain
+    mpirun = shutil.which("mpirun")
+    open_mpi = next((c.detail for c in facts.get("_checks", []) if c.name == "open mpi"), "")
+    return [
+        ("hvdtrain", f"{horovod_install.distribution_version('hvdtrain')} "
+                     f"({Path(hvdtrain.__file__).parent})"),
+        ("python", f"{platform.python_version()} {sys.executable}"),
+        ("platform", platform.platform()),
+        ("tensorflow", str(facts.get("tensorflow") or horovod_install.tensorflow_version())),
+        ("keras", str(facts.get("keras", "unknown"))),
+        ("tf_keras", facts.get("tf_keras") or "not installed"),
+        ("TF_USE_LEGACY_KERAS", environ.get("TF_USE_LEGACY_KERAS", "unset")),
+        ("horovod", horovod_install.distribution_version("horovod") or "not installed"),
+        ("horovod build", check_build_parts(facts.get("check_build", ""))),
+        ("open mpi", open_mpi or (mpirun or "none (no mpirun on PATH)")),
+    ]
+
+
+def _hardware(facts: Mapping, build: str) -> list[tuple[str, str]]:
+    names = facts.get("gpu_names") or []
+    nccl = "built into Horovod" if re.search(r"tensor ops: [^;]*NCCL", build) else \
+        "none (Horovod built without NCCL)"
+    return [("gpus", f"{len(names)}: {', '.join(names)}" if names else "none"),
+            ("cuda", facts.get("cuda") or "none"), ("cudnn", facts.get("cudnn") or "none"),
+            ("nccl", nccl)]
+
+
+def block(found: Sequence["Check"], facts: Mapping, environ: Mapping[str, str]) -> str:
+    """The report: FIELDS in order between BEGIN and END, one value a line (a field with
+    several continues on indented lines)."""
+    versions = _versions({**facts, "_checks": list(found)}, environ)
+    listed = {"HOROVOD_*": settings(environ, ["HOROVOD_"]),
+              "OMPI_MCA_*": settings(environ, ["OMPI_MCA_"]),
+              "launcher env": settings(environ, LAUNCHER_PREFIXES)}
+    failed = [c.name for c in found if not c.ok]
+    rows = [*versions, ("open mpi btl", ompi_components("btl")),
+            ("open mpi coll", ompi_components("coll")),
+            ("HOROVOD_*", listed["HOROVOD_*"][0]), ("OMPI_MCA_*", listed["OMPI_MCA_*"][0]),
+            *_hardware(facts, dict(versions)["horovod build"]),
+            ("launcher env", listed["launcher env"][0]),
+            ("all-reduce gloo", all_reduce(found, "gloo")),
+            ("all-reduce mpi", all_reduce(found, "mpi")),
+            ("checks", f"FAIL: {', '.join(failed)}" if failed else "every check ok")]
+    lines = [BEGIN]
+    for name, value in rows:
+        lines.append(f"{name:<{WIDTH}}{value}")
+        lines += [" " * WIDTH + extra for extra in listed.get(name, [])[1:]]
+    return "\n".join([*lines, END])
