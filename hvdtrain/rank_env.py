@@ -81,6 +81,11 @@ def rank_environment(options: HorovodConfig, environ: Mapping[str, str], *,
     return env
 
 
+def stall_abort_in_force(environ: Mapping[str, str]) -> int:
+    """The stall abort's seconds hvd.init() read (0: never): dist.init(stall_abort_s=...)."""
+    return int(environ.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0") or 0)
+
+
 def in_force(environ: Mapping[str, str]) -> str:
     """One line naming the run-time values Horovod uses, whoever set them."""
     fusion = environ.get("HOROVOD_FUSION_THRESHOLD")

@@ -84,16 +84,16 @@ OLD_BROADCASTS = {"no_input_at_begin_only": ("_build_and_broadcast_at_first_step
 def old_broadcast_runs(dist, world, options, batch: int) -> dict:
     """The no-Input case under each of OLD_BROADCASTS."""
     import tensorflow as tf
-    from hvdtrain.distributed import keras3
+    from hvdtrain.distributed import broadcast
     save = {}
     for case, left_out in OLD_BROADCASTS.items():
-        kept = {name: getattr(keras3.BroadcastInitialState, name) for name in left_out}
+        kept = {name: getattr(broadcast.BroadcastInitialState, name) for name in left_out}
         for name in left_out:
-            setattr(keras3.BroadcastInitialState, name, lambda *args, **kwargs: None)
+            setattr(broadcast.BroadcastInitialState, name, lambda *args, **kwargs: None)
         tf.keras.utils.set_random_seed(100 + world.rank)
         save[case] = train(no_input_model(), dist, world, options, batch).get_weights()
         for name, method in kept.items():
-            setattr(keras3.BroadcastInitialState, name, method)
+            setattr(broadcast.BroadcastInitialState, name, method)
     return save
 
 
@@ -143,11 +143,123 @@ def main() -> None:
     model.fit(x[:args.batch], y[:args.batch], batch_size=args.batch, epochs=1, verbose=0,
               callbacks=dist.fit_callbacks())
     save["restored"] = [v.numpy() for v in dist.optimizer_variables(optimizer)]
+    save.update(user_step_cases(dist, world, options, args.batch, args.out))
     save_all(args.out, world.rank, save)
     checks = refusal_checks(dist)
     checks.update(single_rank_checks(dist) if world.size == 1
                   else two_rank_checks(dist, world.rank))
     (args.out / f"checks.rank{world.rank}.json").write_text(json.dumps(checks))
+
+
+def own_step_model(optimizers: int):
+    """A subclassed model with its own ``train_step`` (a tape, then ``apply_gradients``), with
+    one optimizer or, GAN-style, two (one per layer)."""
+    import tensorflow as tf
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    class OwnStep(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.hidden = tf.keras.layers.Dense(16, activation="relu")
+            self.out = tf.keras.layers.Dense(CLASSES)
+
+        def call(self, x):
+            return self.out(self.hidden(x))
+
+        def train_step(self, batch):
+            x, y = batch
+            with tf.GradientTape(persistent=True) as tape:
+                value = loss(y, self(x, training=True))
+            parts = ([self.trainable_variables] if optimizers == 1 else
+                     [self.hidden.trainable_variables, self.out.trainable_variables])
+            for optimizer, variables in zip(self.optimizers, parts):
+                optimizer.apply_gradients(zip(tape.gradient(value, variables), variables))
+            return {"loss": value}
+
+    return OwnStep()
+
+
+def user_step_cases(dist, world, options, batch: int, out: Path) -> dict:
+    """Scripts users write: a model of their own with its own train_step (one optimizer, two);
+    rank 0 building a model more first (Keras numbers names per process); weights and momentum
+    loaded on rank 0 only; a model with Dropout (each rank must draw its own masks)."""
+    import tensorflow as tf
+    save = {}
+    x, y = data(world.rank, world.size, batch)
+    for optimizers in (1, 2):
+        tf.keras.utils.set_random_seed(5)
+        model = own_step_model(optimizers)
+        model(x[:1])
+        model.optimizers = [dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1), options)
+                            for _ in range(optimizers)]
+        model.compile(optimizer=model.optimizers[0], jit_compile=False)
+        model.fit(x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0,
+                  callbacks=dist.fit_callbacks())
+        save[f"own_step_{optimizers}"] = model.get_weights()
+    if world.rank == 0:
+        no_input_model().build((None, FEATURES))  # one model more: every name numbered on
+    tf.keras.utils.set_random_seed(100 + world.rank)
+    save["extra_model_first"] = train(no_input_model(), dist, world, options, batch).get_weights()
+    save["loaded_on_rank0"] = loaded_on_rank0(dist, world, options, batch, out)
+    save["dropout_masks"] = dropout_masks(dist, world, options, batch)
+    if dist.keras_version().startswith("3."):
+        save["loaded_model"] = loaded_model(dist, world, options, batch, out)
+    return save
+
+
+def loaded_model(dist, world, options, batch: int, out: Path) -> list:
+    """Keras 3: a model saved with its optimizer's state (each rank its own, trained a step
+    alone), loaded, its optimizer made distributed and trained on: rank 0's state goes on."""
+    import tensorflow as tf
+    tf.keras.utils.set_random_seed(20 + world.rank)
+    model = no_input_model()
+    model.compile(tf.keras.optimizers.Adam(0.01), jit_compile=False,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    first, labels = data(0, 1, batch)  # the same 8 rows at any world size and batch
+    model.fit(first[:8], labels[:8], batch_size=8, verbose=0)
+    path = out / f"saved.rank{world.rank}.keras"
+    model.save(path)
+    model = tf.keras.models.load_model(path)
+    model.compile(dist.distributed_optimizer(model.optimizer, options), jit_compile=False,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = data(world.rank, world.size, batch)
+    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0,
+              callbacks=dist.fit_callbacks())
+    return [*model.get_weights(), *[v.numpy() for v in model.optimizer.variables]]
+
+
+def loaded_on_rank0(dist, world, options, batch: int, out: Path) -> list:
+    """Weights and SGD momentum that rank 0 alone loads, as from its checkpoint: step 1
+    already starts from them on every rank."""
+    import tensorflow as tf
+    model = no_input_model()
+    model.build((None, FEATURES))
+    optimizer = dist.distributed_optimizer(tf.keras.optimizers.SGD(0.05, momentum=0.9), options)
+    if world.rank == 0:
+        model.set_weights([np.random.default_rng(9).normal(size=w.shape).astype(w.dtype) * 0.3
+                           for w in model.get_weights()])
+        optimizer.build(model.trainable_variables)  # the momentum, as a checkpoint restores it
+        for variable in dist.optimizer_variables(optimizer):
+            if tf.as_dtype(variable.dtype).is_floating:
+                variable.assign(tf.fill(variable.shape, tf.cast(0.01, variable.dtype)))
+    model.compile(optimizer=optimizer, jit_compile=False,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = data(world.rank, world.size, batch)
+    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0,
+              callbacks=dist.fit_callbacks())
+    return model.get_weights()
+
+
+def dropout_masks(dist, world, options, batch: int) -> list:
+    """A model with Dropout trained with fit_callbacks(); then the masks each rank draws for
+    the same input, and the weights (the same on every rank)."""
+    import tensorflow as tf
+    tf.keras.utils.set_random_seed(3)  # the same seed on every rank, as users (and hvdtrain) do
+    model = tf.keras.Sequential([tf.keras.Input((FEATURES,)), tf.keras.layers.Dense(32),
+                                 tf.keras.layers.Dropout(0.5), tf.keras.layers.Dense(CLASSES)])
+    train(model, dist, world, options, batch, epochs=1)
+    masks = model.layers[1](tf.ones((8, 32)), training=True).numpy() != 0
+    return [masks.astype("float32"), *model.get_weights()]
 
 
 def save_all(out: Path, rank: int, save: dict) -> None:
@@ -166,9 +278,45 @@ def two_rank_checks(dist, rank: int) -> dict:
     checks = {"mixed": [float(g.numpy()[0]) for g in mixed],
               "mixed_dtypes": [g.dtype.name for g in mixed],
               "joined": joined, "last_to_join": dist.join()}
+    checks.update(unequal_steps=refusal(lambda: unequal_steps(dist, rank)),
+                  jit_compile=refusal(lambda: jit_compiled_fit(dist)))
     if dist.keras_version().startswith("3."):
         checks.update(metric_checks(dist, rank))
     return checks
+
+
+def unequal_steps(dist, rank: int) -> None:
+    """Shards of 33 and 32 rows at batch 8: 5 steps on rank 0, 4 on rank 1."""
+    import tensorflow as tf
+    model = no_input_model()
+    model.compile(dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1)), jit_compile=False,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rows = 33 - rank
+    model.fit(np.ones((rows, FEATURES), "float32"), np.zeros(rows, "int64"), batch_size=8,
+              verbose=0, callbacks=dist.fit_callbacks())
+
+
+def wrapped_after_fit(dist) -> None:
+    """Keras 3: fit, then the same optimizer made distributed, then fit again without compile:
+    the train function traced by the first fit would never all-reduce."""
+    import tensorflow as tf
+    model = no_input_model()
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    model.compile(optimizer, jit_compile=False,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = np.ones((16, FEATURES), "float32"), np.zeros(16, "int64")
+    model.fit(x, y, batch_size=8, verbose=0)
+    dist.distributed_optimizer(optimizer)
+    model.fit(x, y, batch_size=8, verbose=0, callbacks=dist.fit_callbacks())
+
+
+def jit_compiled_fit(dist) -> None:
+    import tensorflow as tf
+    model = no_input_model()
+    model.compile(dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1)), jit_compile=True,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(np.ones((16, FEATURES), "float32"), np.zeros(16, "int64"), batch_size=8,
+              verbose=0, callbacks=dist.fit_callbacks())
 
 
 def metric_checks(dist, rank: int) -> dict:
@@ -251,6 +399,7 @@ def refusal_checks(dist) -> dict:
         pi = tf.constant([3.14159265], tf.float32)
         checks["unscale"] = refusal(lambda: dist.unscale_gradients(
             tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1)), [pi]))
+        checks["wrapped_after_fit"] = refusal(lambda: wrapped_after_fit(dist))
         checks["accumulation_steps"] = refusal(lambda: dist.distributed_optimizer(
             tf.keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), HorovodConfig()))
     return checks

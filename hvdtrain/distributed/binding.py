@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import tensorflow as tf
 
 from hvdtrain.config import HorovodConfig
+from hvdtrain.distributed.broadcast import BroadcastInitialState, stall_watchdog
 from hvdtrain.distributed import batch_norm
 from hvdtrain.errors import UserError
 
@@ -35,8 +36,18 @@ class KerasBinding(Protocol):
     def broadcast_variables(self, variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
         """Root's values into every rank's variables."""
 
-    def broadcast_callback(self, root_rank: int = 0) -> tf.keras.callbacks.Callback:
-        """A fit callback: root's initial state on every rank."""
+    def build_optimizer(self, optimizer: tf.keras.optimizers.Optimizer,
+                        variables: Sequence[tf.Variable]) -> None:
+        """The optimizer's slots created for ``variables``, before the first step."""
+
+    def build_model(self, model: tf.keras.Model, spec: Any) -> None:
+        """A model without weights built from its batches' spec, where Keras can."""
+
+    def check_fit_start(self, model: tf.keras.Model) -> None:
+        """Raises UserError, on every rank alike, for a compiled model fit cannot train."""
+
+    def check_first_step(self, model: tf.keras.Model) -> None:
+        """Raises UserError, on every rank alike, where the first step did not all-reduce."""
 
     def metric_average_callback(self) -> tf.keras.callbacks.Callback:
         """A fit callback: the epoch's train metrics averaged over ranks."""
@@ -118,10 +129,14 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) ->
 
 def fit_callbacks(root_rank: int = 0) -> list[tf.keras.callbacks.Callback]:
     """For a library user's own ``model.fit``: rank 0's initial state broadcast to every rank
-    at the start, and the epoch's metrics averaged over ranks. Put them first."""
+    before the first step (after checking that every rank runs as many steps), the epoch's
+    metrics averaged over ranks, the same normalization statistics on every rank, and under
+    Gloo a stall watchdog. Put them first."""
     binding = _keras_binding()
-    return [binding.broadcast_callback(root_rank), binding.metric_average_callback(),
-            batch_norm.statistics_average_callback()]  # the same statistics on every rank
+    watchdog = stall_watchdog()
+    return [BroadcastInitialState(binding, root_rank), binding.metric_average_callback(),
+            batch_norm.statistics_average_callback(),  # the same statistics on every rank
+            *([watchdog] if watchdog else [])]
 
 
 def metric_average_callback() -> tf.keras.callbacks.Callback:

@@ -16,11 +16,13 @@ import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig
+from hvdtrain.distributed.broadcast import broadcast_by_position
 from hvdtrain.distributed.reducer import mark_reduced, refuse_reduced
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
+SEED_STRIDE = 1_000_003  # as keras3.SEED_STRIDE: rank r's seed far from one a user picks nearby
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
@@ -41,15 +43,39 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     for name, value in vars(optimizer).items():
         if name not in vars(distributed) and not name.startswith("_self_"):
             setattr(distributed, name, value)
-    apply_gradients = distributed.apply_gradients
-
-    def refusing_reduced(grads_and_vars, *args, **kwargs):
-        grads_and_vars = list(grads_and_vars)
-        refuse_reduced([grad for grad, _ in grads_and_vars])
-        return apply_gradients(grads_and_vars, *args, **kwargs)
-
-    distributed.apply_gradients = refusing_reduced
+    _reduce_exactly_once(distributed)
     return distributed
+
+
+def _reduce_exactly_once(distributed: Any) -> None:
+    """Horovod's optimizer reduces inside ``compute_gradients`` (which ``minimize``, and so
+    Keras 2's own ``train_step``, calls), not in ``apply_gradients``: gradients from a custom
+    ``train_step`` (a tape, then ``apply_gradients``) would be applied unreduced, each rank
+    its own. Here ``apply_gradients`` reduces what ``compute_gradients`` did not just reduce
+    for the same variables, and refuses what a distributed tape reduced."""
+    compute, apply_gradients = distributed._compute_gradients, distributed.apply_gradients
+    reduced_for: list[int] = []  # the variables whose gradients compute_gradients just reduced
+
+    def computing(loss, var_list, grad_loss=None, tape=None):
+        grads_and_vars = compute(loss, var_list, grad_loss, tape)
+        reduced_for[:] = [id(variable) for _, variable in grads_and_vars]
+        return grads_and_vars
+
+    def applying(grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        grads = [grad for grad, _ in grads_and_vars]
+        variables = [variable for _, variable in grads_and_vars]
+        refuse_reduced(grads)
+        reduced = reduced_for == [id(variable) for variable in variables]
+        reduced_for.clear()
+        if not reduced:
+            # Horovod: the optimizer's own reducer (average, compression, sparse handling).
+            grads = distributed._allreduce(grads, variables)
+        return apply_gradients(list(zip(grads, variables)), *args, **kwargs)
+
+    # Horovod: its compute_gradients calls self._compute_gradients, as legacy minimize does.
+    distributed._compute_gradients = computing
+    distributed.apply_gradients = applying
 
 
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
@@ -67,13 +93,53 @@ def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.Gradie
 
 
 def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
-    hvd.broadcast_variables(list(variables), root_rank=root_rank)  # Horovod: root's values
+    broadcast_by_position(variables, root_rank)  # by position: see broadcast.py
+    draw_own_random_numbers(root_rank)
 
 
-def broadcast_callback(root_rank: int = 0) -> tf.keras.callbacks.Callback:
-    # Horovod: after the first batch (Keras 2 creates the optimizer's slots in it), root's
-    # weights and optimizer state on every rank.
-    return hvd_keras.callbacks.BroadcastGlobalVariablesCallback(root_rank)
+# The global seed this module set last, and the user's seed it was derived from.
+_OWN_SEED: dict[str, int | None] = {"set": None, "base": None}
+
+
+def draw_own_random_numbers(root_rank: int) -> None:
+    """Each rank's random ops (Dropout, noise) draw their own numbers. Keras 2 seeds them from
+    TensorFlow's global seed when a train function is traced, so ranks seeded alike (as the
+    trainer and tf.keras.utils.set_random_seed users do) would give sample i of every rank's
+    batch the same dropout mask. Rank r's global seed becomes the user's plus ``r *
+    SEED_STRIDE``: distinct, the same for a given seed and world size; unseeded, nothing to do."""
+    from tensorflow.python.eager import context  # the global seed has no public getter
+    seed = context.global_seed()
+    if seed is None:
+        return
+    if seed != _OWN_SEED["set"]:
+        _OWN_SEED["base"] = seed  # the user's own (again, or new)
+    # Horovod: this process's place in the job picks its own random stream.
+    _OWN_SEED["set"] = int(_OWN_SEED["base"] or 0) + (hvd.rank() - root_rank) * SEED_STRIDE
+    tf.random.set_seed(_OWN_SEED["set"])
+
+
+def build_optimizer(optimizer: tf.keras.optimizers.Optimizer,
+                    variables: Sequence[tf.Variable]) -> None:
+    if hasattr(optimizer, "_create_all_weights"):  # a legacy (optimizer_v2) optimizer
+        optimizer._create_all_weights(variables)
+    else:
+        optimizer.build(variables)
+
+
+def build_model(model: tf.keras.Model, spec: Any) -> None:
+    inputs = spec[0] if isinstance(spec, tuple) else spec
+    try:
+        model.build(tf.nest.map_structure(lambda s: s.shape, inputs))
+    except (ValueError, TypeError, NotImplementedError):
+        pass  # a model Keras 2 cannot build from shapes: the broadcast follows the first step
+
+
+def check_fit_start(model: tf.keras.Model) -> None:
+    pass  # Keras 2's compile puts a loss scale optimizer outside: Horovod's reduces inside it
+
+
+def check_first_step(model: tf.keras.Model) -> None:
+    pass  # Horovod's optimizer is a rebuilt copy: no train function can predate it
 
 
 def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list[tf.Variable]:

@@ -23,17 +23,21 @@ import horovod.tensorflow.elastic as hvd_elastic
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig
+from hvdtrain.distributed.broadcast import broadcast_by_position
 from hvdtrain.distributed.reducer import mark_reduced, reduce_gradients, refuse_reduced
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
 MODEL_FILE = "model.keras"
+SEED_STATE = "seed_generator_state"  # the variable name of Keras 3's SeedGenerator state
+SEED_STRIDE = 1_000_003  # a prime: rank r's seeds lie far from any seed a user picks nearby
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
                           options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
     """``optimizer`` itself, made distributed: its ``apply`` all-reduces the gradients before
-    updating. Wrap a fresh optimizer, before ``compile`` and before any step.
+    updating. Wrap it before ``compile``; an optimizer that has state already (a loaded
+    model's) keeps it, and ``fit_callbacks()`` broadcasts rank 0's.
 
     Under mixed_float16 the optimizer must be a LossScaleOptimizer when it is wrapped (this
     function makes it one), so that the SCALED gradients are reduced before the loss scale
@@ -42,9 +46,6 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     distributed optimizer inside a LossScaleOptimizer, which checks before the all-reduce.)"""
     if getattr(optimizer, "hvdtrain_distributed", False):
         return optimizer
-    if optimizer.built:
-        raise UserError("distributed_optimizer() needs a fresh optimizer: wrap it before "
-                        "compile() and before its first step")
     if (optimizer.gradient_accumulation_steps or 0) > 1:
         raise UserError("the optimizer's gradient_accumulation_steps would all-reduce every "
                         "micro-batch: use horovod.backward_passes_per_step with hvdtrain's "
@@ -59,6 +60,7 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
         # LossScaleOptimizer's unscaling and finiteness check) sees them.
         grads = list(grads)
         refuse_reduced(grads)
+        self.hvdtrain_applied = True  # set while the train step is traced: see check_first_step
         return base.apply(self, reduce_gradients(grads, options), trainable_variables)
 
     # Same name and module as the wrapped class: a saved model's optimizer loads back as the
@@ -69,7 +71,39 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     # The instance's class swapped rather than a copy rebuilt from get_config(): what the user
     # set outside the config (exclude_from_weight_decay, say) would be lost by a rebuild.
     optimizer.__class__ = distributed
+    # A built optimizer may have stepped in a train function traced before this: check_first_step.
+    optimizer.hvdtrain_wrapped_built = optimizer.built
     return optimizer
+
+
+def build_optimizer(optimizer: tf.keras.optimizers.Optimizer,
+                    variables: Sequence[Any]) -> None:
+    if not optimizer.built:
+        optimizer.build(variables)
+
+
+def build_model(model: tf.keras.Model, spec: Any) -> None:
+    # Keras' own build from symbolic inputs, which fit runs under a tf.distribute strategy.
+    if hasattr(model, "_symbolic_build"):
+        model._symbolic_build(data_batch=spec)
+
+
+def check_fit_start(model: tf.keras.Model) -> None:
+    refuse_loss_scale_outside(model.optimizer)
+
+
+def check_first_step(model: tf.keras.Model) -> None:
+    """After fit's first step: an optimizer wrapped once it had state (a loaded model's) must
+    have been traced into this fit's train step; a train function traced before the wrapping
+    (fit, then distributed_optimizer, then fit without compile) would never all-reduce."""
+    optimizer = model.optimizer
+    if not getattr(optimizer, "hvdtrain_wrapped_built", False):
+        return
+    if not getattr(optimizer, "hvdtrain_applied", False):
+        raise UserError("the model's train function was made before its optimizer was made "
+                        "distributed, so its steps would not all-reduce: call model.compile() "
+                        "again after dist.distributed_optimizer()", shared=True)
+    optimizer.hvdtrain_wrapped_built = False
 
 
 class _ReducingTape:
@@ -125,72 +159,6 @@ def metric_average_callback() -> tf.keras.callbacks.Callback:
     return MetricAverage()
 
 
-class BroadcastInitialState(tf.keras.callbacks.Callback):
-    """Rank 0's weights and optimizer state on every rank, before the first step.
-
-    Keras 3's ``fit`` builds neither a model without an ``Input`` nor the optimizer's slots
-    before the first step (it does so only under a tf.distribute strategy). A model that has
-    its weights when training begins (an ``Input``, or called once on a batch): the optimizer
-    is built here and both are broadcast at once. A model still without weights: the first
-    call of the train function builds it from the batches' spec first, as fit would under a
-    strategy, then broadcasts, then runs the step. Either way N ranks at batch B train exactly
-    as 1 rank at N x B. (Where the train function offers no spec, the broadcast follows the
-    first step, as Horovod's own Keras callback does: the ranks then agree from the second
-    step on.) Refuses XLA: Horovod's ops have no XLA lowering here, so a jit-compiled train
-    step could not contain the all-reduce."""
-
-    def __init__(self, root_rank: int = 0):
-        super().__init__()
-        self.root_rank = root_rank
-        self.done = False
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        if getattr(self.model, "jit_compile", False):
-            raise UserError("this model is compiled with XLA (jit_compile=True; Keras 3 turns it "
-                            "on by itself when it sees a GPU), but Horovod's all-reduce has no "
-                            "XLA lowering: compile with jit_compile=False")
-        refuse_loss_scale_outside(self.model.optimizer)
-        if self.done:
-            return
-        if self.model.built and self.model.variables:
-            self._build_optimizer_and_broadcast()
-        else:
-            self._build_and_broadcast_at_first_step()
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if not self.done:
-            self._broadcast()
-
-    def _build_optimizer_and_broadcast(self) -> None:
-        if not self.model.optimizer.built:
-            self.model.optimizer.build(self.model.trainable_variables)
-        self._broadcast()
-
-    def _build_and_broadcast_at_first_step(self) -> None:
-        """Wraps the model's train function (made before on_train_begin) for its first call."""
-        model = self.model
-        train_function = getattr(model, "train_function", None)
-        if train_function is None or not hasattr(model, "_symbolic_build"):
-            return
-
-        def first_step(iterator: Any) -> Any:
-            model.train_function = train_function
-            spec = getattr(iterator, "element_spec", None)
-            if spec is not None and not self.done:
-                # Keras' own build from symbolic inputs, which fit runs under a strategy.
-                model._symbolic_build(data_batch=spec)
-                if model.variables:
-                    self._build_optimizer_and_broadcast()
-            return train_function(iterator)
-
-        model.train_function = first_step
-
-    def _broadcast(self) -> None:
-        broadcast_variables([*self.model.variables,
-                             *optimizer_variables(self.model.optimizer)], self.root_rank)
-        self.done = True
-
-
 def refuse_loss_scale_outside(optimizer: Any) -> None:
     """A loss scale optimizer around the distributed one (the mixed_float16 policy set after
     wrapping, which makes ``compile`` add it) checks each rank's own gradients for inf/NaN
@@ -206,14 +174,22 @@ def refuse_loss_scale_outside(optimizer: Any) -> None:
                         "optimizer itself", shared=True)
 
 
-def broadcast_callback(root_rank: int = 0) -> tf.keras.callbacks.Callback:
-    return BroadcastInitialState(root_rank)
-
-
 def broadcast_variables(variables: Sequence[Any], root_rank: int = 0) -> None:
-    # Horovod: every rank takes root's values. Keras 3 variables hold a tf.Variable in
-    # ``.value``, which Horovod's broadcast assigns in place.
-    hvd.broadcast_variables([v.value for v in variables], root_rank=root_rank)
+    # Keras 3 variables hold a tf.Variable in ``.value``, which the broadcast assigns in place.
+    broadcast_by_position([v.value for v in variables], root_rank)
+    draw_own_random_numbers([v for v in variables if v.name == SEED_STATE], root_rank)
+
+
+def draw_own_random_numbers(seed_states: Sequence[Any], root_rank: int) -> None:
+    """Each rank's random layers (Dropout, noise, augmentation) draw their own numbers: a
+    broadcast copied root's seed states to every rank, which would give sample i of every
+    rank's batch the same dropout mask. Rank r's state becomes root's with ``r * SEED_STRIDE``
+    added to its seed (the counter stays): distinct on every rank, the same for a given seed
+    and world size, and what a rank had before whenever root's state is broadcast again."""
+    # Horovod: this process's place in the job picks its own random stream.
+    offset = (hvd.rank() - root_rank) * SEED_STRIDE
+    for state in seed_states:
+        state.assign(state.value + tf.constant([offset, 0], state.dtype))
 
 
 def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list:
