@@ -77,3 +77,17 @@ show_or_run() {
     if [ "$dry" = 1 ]; then printf '%q ' "$@"; echo; exit 0; fi
     exec "$@"
 }
+
+# bound_to_interface LAUNCHER_ARRAY PROGRAM_ARRAY: rewrites the two arrays (horovodrun ... and
+# what each rank runs) so that Horovod's listeners bind to the --network-interface given, not to
+# every interface: both run under hvdtrain.listeners, with the Python that runs hvdtrain.
+bound_to_interface() {
+    local -n launcher_ref=$1 program_ref=$2
+    local python=()
+    need hvdtrain "activate the virtualenv that has hvdtrain (source .venv/bin/activate)"
+    read -r -a python < <(sed -n '1s/^#!//p' "$(command -v hvdtrain)")
+    [ -x "${python[0]:-}" ] || die "cannot find the Python of $(command -v hvdtrain)"
+    launcher_ref=("${python[@]}" -m hvdtrain.listeners "${launcher_ref[@]}")
+    # hvdtrain by its path: a rank's command line then names it, as when it runs alone.
+    program_ref=("${python[@]}" -m hvdtrain.listeners "$(command -v hvdtrain)" "${program_ref[@]:1}")
+}

@@ -65,7 +65,14 @@ slots=$(total_slots "$listed" "the output of $discovery") || exit 2
 need horovodrun "run 'make install' and put .venv/bin on PATH"
 
 cmd=(horovodrun -np "$start" --min-np "$min" --max-np "$max" --host-discovery-script "$discovery")
-[ -n "$interface" ] && cmd+=(--network-interface "$interface")
+program=(hvdtrain train --elastic)
+if [ -n "$interface" ]; then
+    cmd+=(--network-interface "$interface")
+    # horovodrun's rendezvous and every worker's notification service would listen on all
+    # interfaces: hvdtrain.listeners binds them to this one (docs/cluster.md, "What a job
+    # exposes").
+    bound_to_interface cmd program
+fi
 [ -n "$timeout" ] && cmd+=(--elastic-timeout "$timeout")
 rm -f "$listed"
-show_or_run "$dry" "${cmd[@]}" hvdtrain train --elastic "$@"
+show_or_run "$dry" "${cmd[@]}" "${program[@]}" "$@"

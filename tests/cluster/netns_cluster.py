@@ -16,14 +16,17 @@ kills every process in the namespaces and deletes them, also when the test faile
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 SUBNET = "10.213.47"          # a /24 private range for the namespaces' own addresses
 INTERFACE = "hvd0"            # the name of each host's link, the same in every namespace
@@ -180,6 +183,49 @@ class NetnsCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"sshd on {name} did not answer: {probe.stdout}")
                 time.sleep(0.2)
+
+    @contextlib.contextmanager
+    def more_names(self, names: dict[str, int]) -> Iterator[None]:
+        """Within the block, each of ``names`` also resolves, on every host, to the address of
+        host ``names[name]`` (0-based), as a Kubernetes headless service names its pods."""
+        good = self.hosts_file.read_text()
+        self.hosts_file.write_text(good + "".join(
+            f"{self.addresses[host]} {name}\n" for name, host in names.items()))
+        try:
+            yield
+        finally:
+            self.hosts_file.write_text(good)
+
+    def listeners(self) -> set[tuple[str, str, str]]:
+        """What listens for TCP on every host now: (host name, address:port, process)."""
+        found = set()
+        for name, ns in zip(self.names, self.namespaces):
+            table = subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltnpH"],
+                                   capture_output=True, text=True).stdout
+            for row in table.splitlines():
+                process = ",".join(sorted(set(re.findall(r'\("([^"]+)"', row)))) or "?"
+                found.add((name, row.split()[3], process))
+        return found
+
+    @contextlib.contextmanager
+    def watching_listeners(self, every_s: float = 0.2) -> Iterator[set[tuple[str, str, str]]]:
+        """Within the block, the listeners seen on any host (``listeners``), sampled by a thread
+        every ``every_s``; the set is complete once the block ends."""
+        seen: set[tuple[str, str, str]] = set()
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                seen.update(self.listeners())
+                stop.wait(every_s)
+
+        watcher = threading.Thread(target=sample, daemon=True)
+        watcher.start()
+        try:
+            yield seen
+        finally:
+            stop.set()
+            watcher.join()
 
     # ------------------------------------------------------------------------------------------
     def env(self, base: dict[str, str]) -> dict[str, str]:

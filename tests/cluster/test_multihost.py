@@ -15,6 +15,7 @@ import pytest
 from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS,
                      assert_same_training, hvdtrain, launcher_env, one_host_summary,
                      skip_unless_optional)
+from hvdtrain import k8s
 from netns_cluster import NetnsCluster, remove_stale, unavailable_reason
 
 # The cluster is made by the first test (about 20 s); each job runs to 400 s at most.
@@ -34,11 +35,12 @@ def cluster(tmp_path_factory):
 
 
 def run_on_cluster(cluster: NetnsCluster, tmp_path: Path, launcher_argv: list[str],
+                   extra_env: dict[str, str] | None = None,
                    ) -> tuple[dict, dict[int, tuple[str, str]]]:
     """Runs a launcher on host1; returns rank 0's summary.json and each rank's (host, address)."""
     report = tmp_path / "report"
     report.mkdir()
-    env = cluster.env({**launcher_env(), "REPORT_DIR": str(report),
+    env = cluster.env({**launcher_env(extra_env), "REPORT_DIR": str(report),
                        "REPORT_IFACE": cluster.interface})
     done = cluster.run(launcher_argv, env=env, check=False, cwd=tmp_path, timeout=400)
     assert done.returncode == 0, done.stdout[-4000:]
@@ -73,6 +75,88 @@ def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path):
                      1: (cluster.names[1], cluster.addresses[1])}
     assert multi["controller"] == "mpi" and multi["world_size"] == 2
     assert_same_training(multi, one_host_summary("mpi", 2, tmp_path))
+
+
+# The Kubeflow MPI Operator's side of an MPIJob, from its source (kubeflow/mpi-operator,
+# pkg/controller/mpi_job_controller.go): the hostfile it writes for OpenMPI, one line per worker
+# pod ("%s.%s.%s.svc slots=%d": NAME-worker-I, NAME, NAMESPACE, slotsPerWorker), the names its
+# headless service makes resolvable, and the environment of the launcher's container.
+def operator_hostfile(name: str, namespace: str, workers: int, slots: int) -> list[str]:
+    return [f"{name}-worker-{i}.{name}.{namespace}.svc slots={slots}" for i in range(workers)]
+
+
+def operator_launcher_env(hostfile: Path) -> dict[str, str]:
+    return {"K_MPI_JOB_ROLE": "launcher", "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+            "OMPI_MCA_orte_default_hostfile": str(hostfile),
+            "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10"}
+
+
+def test_mpijob_launcher_line_trains_on_two_worker_hosts_equal_to_one_host(cluster, tmp_path):
+    """hvdtrain launch k8s's launcher command, run on host1 as the launcher pod, with the
+    operator's hostfile naming host2 and host3 as its worker pods."""
+    name, namespace = "multi", "ml"   # the run directory: MOUNT/NAME = tmp_path/multi
+    job = k8s.mpijob(k8s.Job(name=name, workers=2, slots=1, image="hvdtrain:latest",
+                             namespace=namespace, interface=cluster.interface,
+                             mount=str(tmp_path), train_args=tuple(TRAIN_ARGS)))
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    lines = operator_hostfile(name, namespace, workers=2, slots=job["spec"]["slotsPerWorker"])
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("\n".join(lines) + "\n")
+    line = [str(hostfile) if arg == k8s.OPERATOR_HOSTFILE else arg
+            for arg in launcher["command"] + launcher["args"]]
+    # The printed line, with report_host.sh in each rank's place to see which host it ran on.
+    at = line.index("--")
+    line[at:at] = ["-x", "REPORT_DIR", "-x", "REPORT_IFACE", "-p", f"{REPORT_HOST} hvdtrain train"]
+    pods = {row.split()[0]: worker for worker, row in enumerate(lines, start=1)}
+    with cluster.more_names(pods):
+        multi, where = run_on_cluster(cluster, tmp_path, line, operator_launcher_env(hostfile))
+    assert where == {0: (cluster.names[1], cluster.addresses[1]),
+                     1: (cluster.names[2], cluster.addresses[2])}
+    assert multi["controller"] == "mpi" and multi["world_size"] == 2
+    assert_same_training(multi, one_host_summary("mpi", 2, tmp_path))
+
+
+# Addresses that mean every interface of a host (IPv4, IPv6, both), as ss prints them.
+EVERY_INTERFACE = {"0.0.0.0", "*", "[::]"}
+
+
+def on_every_interface(listeners: set[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The listeners bound to every interface, the clusters' own sshd left out."""
+    return sorted(row for row in listeners
+                  if row[1].rsplit(":", 1)[0] in EVERY_INTERFACE and row[2] != "sshd")
+
+
+def test_elastic_script_binds_every_listener_to_the_named_interface(cluster, tmp_path):
+    """run_scripts/elastic.sh -i hvd0 across two hosts: horovodrun's rendezvous, Gloo's ranks and
+    each worker's notification service listen on hvd0's address alone, while the job trains."""
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text(f"{cluster.names[0]}:1\n{cluster.names[1]}:1\n")
+    scripts = ROOT / "run_scripts"
+    with cluster.watching_listeners() as seen:
+        multi, _ = run_on_cluster(cluster, tmp_path, [
+            str(scripts / "elastic.sh"), "--min-np", "2", "--max-np", "2", "-t", "60",
+            "-i", cluster.interface, "-d", f"{scripts / 'discover_hosts.sh'} {hosts}",
+            "--", *TRAIN_ARGS, "--run-dir", str(tmp_path / "multi")])
+    assert multi["world_size"] == 2 and multi["elastic_world_sizes"] == [2]
+    assert on_every_interface(seen) == [], seen
+    # The check saw the job: Horovod's listeners on both hosts, at their hvd0 addresses.
+    jobs = {(host, address.rsplit(":", 1)[0]) for host, address, process in seen
+            if process != "sshd"}
+    assert jobs == {(cluster.names[0], cluster.addresses[0]),
+                    (cluster.names[1], cluster.addresses[1])}, seen
+
+
+def test_control_horovods_own_launcher_listens_on_every_interface(cluster, tmp_path):
+    """horovodrun itself, given the same interface: its rendezvous binds to every interface,
+    which the check above must catch (the ranks only sleep: no TensorFlow)."""
+    with cluster.watching_listeners() as seen:
+        done = cluster.run([
+            str(BIN / "horovodrun"), "-np", "2", "-H", f"{cluster.names[0]}:1,{cluster.names[1]}:1",
+            "--gloo", "--network-interface", cluster.interface, "sleep", "3"],
+            env=cluster.env(launcher_env()), check=False, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert [(host, process) for host, _, process in on_every_interface(seen)] == [
+        (cluster.names[0], "horovodrun")], seen
 
 
 def test_gloo_across_hosts_whose_names_resolve_to_loopback_fails_clearly(cluster, tmp_path):

@@ -173,10 +173,18 @@ def test_elastic_builds_the_command(discovery):
     done = script("elastic.sh", "--min-np", "2", "--max-np", "3", "-d", found, "-i", "eth1",
                   "-t", "60", "--dry-run", "--", "--preset", "digits-mlp")
     assert done.returncode == 0, done
+    # With an interface, horovodrun and every rank run under hvdtrain.listeners (Horovod's
+    # listeners bound to it), with hvdtrain's Python.
+    bound = [launchers.BIN.joinpath("python").as_posix(), "-m", "hvdtrain.listeners"]
     assert done.stdout.split() == [
-        "horovodrun", "-np", "2", "--min-np", "2", "--max-np", "3",
+        *bound, "horovodrun", "-np", "2", "--min-np", "2", "--max-np", "3",
         "--host-discovery-script", found, "--network-interface", "eth1",
-        "--elastic-timeout", "60", "hvdtrain", "train", "--elastic", "--preset", "digits-mlp"]
+        "--elastic-timeout", "60", *bound, launchers.BIN.joinpath("hvdtrain").as_posix(),
+        "train", "--elastic",
+        "--preset", "digits-mlp"]
+    # Without one, Horovod's own launcher and hvdtrain as they are.
+    plain = script("elastic.sh", "--min-np", "2", "--max-np", "3", "-d", found, "--dry-run")
+    assert plain.stdout.split()[0] == "horovodrun" and "hvdtrain.listeners" not in plain.stdout
 
 
 def test_elastic_takes_a_discovery_command_with_arguments(tmp_path):
