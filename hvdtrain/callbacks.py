@@ -16,7 +16,7 @@ import tensorflow as tf
 from hvdtrain import checkpoints, schedules
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
-from hvdtrain.watchdog import STALL_EXIT_CODE, StallWatchdog  # noqa: F401 (re-exported)
+from hvdtrain.watchdog import StallWatchdog
 
 if TYPE_CHECKING:
     from hvdtrain.distributed import World

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain import callbacks, schedules
-from hvdtrain.callbacks import (STALL_EXIT_CODE, ExactEvaluation, LearningRateSchedule,
-                                ProgressLine, StallWatchdog)
+from hvdtrain import schedules, watchdog as watchdog_module
+from hvdtrain.callbacks import ExactEvaluation, LearningRateSchedule, ProgressLine
+from hvdtrain.watchdog import STALL_EXIT_CODE, StallWatchdog
 
 
 class FakeClock:
@@ -77,7 +77,7 @@ def test_the_exact_eval_runs_every_k_epochs_and_after_the_last(every, evaluated)
 def exits(monkeypatch) -> list[int]:
     """The codes the watchdog would have ended the process with (os._exit recorded instead)."""
     codes: list[int] = []
-    monkeypatch.setattr(callbacks.os, "_exit", codes.append)
+    monkeypatch.setattr(watchdog_module.os, "_exit", codes.append)
     return codes
 
 
@@ -116,6 +116,25 @@ def test_a_stopped_stall_watchdog_stays_quiet(exits):
     clock.now += 60
     watchdog._thread.join(timeout=5)
     assert exits == [] and not watchdog._thread.is_alive()
+
+
+def test_the_library_stall_watchdog_stops_at_the_end_of_fit_and_watches_the_next(exits, capsys):
+    # dist.fit_callbacks() adds it under Gloo: nobody calls stop(), so fit's end must, and a
+    # second fit must be watched again (a thread starts once only).
+    clock = FakeClock()
+    watchdog = StallWatchdog(0.4, rank=0, clock=clock, setting="dist.init(stall_abort_s=...)")
+    watchdog.on_train_begin()
+    first = watchdog._thread
+    watchdog.on_train_end()            # the first fit returned
+    clock.now += 60
+    first.join(timeout=5)
+    assert exits == [] and not first.is_alive()
+    watchdog.on_train_begin()          # the second fit
+    assert watchdog._thread is not first and watchdog._thread.is_alive()
+    clock.now += 60                    # control: it still fires while a fit runs
+    assert wait_until(lambda: exits), "the watchdog never fired in the second fit"
+    watchdog.stop()
+    assert "(dist.init(stall_abort_s=...))" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
