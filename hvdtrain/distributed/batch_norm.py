@@ -114,9 +114,11 @@ def _sum_over_ranks(tensor: tf.Tensor, name: str) -> tf.Tensor:
         def gradient(upstream: tf.Tensor) -> tf.Tensor:
             # Horovod: every rank's loss depends on these sums, so each rank's share of the
             # gradient is the sum of all ranks' gradients with respect to them.
-            return hvd.allreduce(upstream, op=hvd.Sum, name=f"{name}_gradient")
-        # Horovod: the batch's sums over every rank's batch.
-        return hvd.allreduce(local, op=hvd.Sum, name=name), gradient
+            return hvd.allreduce(upstream, op=hvd.Sum, name=f"{name}_gradient",
+                                 ignore_name_scope=True)
+        # Horovod: the batch's sums over every rank's batch; the name alone, without the
+        # layer's name scope (numbered per process by Keras) that Horovod would put before it.
+        return hvd.allreduce(local, op=hvd.Sum, name=name, ignore_name_scope=True), gradient
     return summed(tensor)
 
 

@@ -5,6 +5,7 @@ one job of tests/batch_norm_worker.py per world size."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -120,3 +121,29 @@ def test_the_reported_eval_is_the_saved_models_on_any_number_of_ranks(tmp_path):
     print(f"summary's eval loss {reported:.6f}; hvdtrain eval {scored}")
     for where, loss in scored.items():
         assert loss == pytest.approx(reported, abs=1e-5), where
+
+
+def test_the_custom_loop_with_synchronized_batch_norm_reports_the_exports_eval(tmp_path):
+    """``model.sync_batch_norm`` through the trainer's custom loop: it trains at 2 ranks, the
+    banner says so, the layer's moments cross the wire (the timeline holds their all-reduce and
+    its gradient's), and the summary's eval loss is the export's (Keras 2: Horovod's layer in a
+    SavedModel, loaded back)."""
+    run_dir, timeline = tmp_path / "run", tmp_path / "timeline.json"
+    job = launch("mpi", 2, hvdtrain(*CLI_TRAIN, "--loop", "custom", "--set",
+                                    "model.sync_batch_norm=true", "--timeline", str(timeline),
+                                    "--run-dir", str(run_dir)),
+                 env=importable_from(TESTS), timeout=240)
+    assert_ok(job, "hvdtrain train --loop custom with model.sync_batch_norm")
+    assert "parameters, synchronized batch norm" in job.output
+    names = set(re.findall(r'"name": ?"([^"]+)"', timeline.read_text()))
+    moments = [name for name in names if "batch_norm" in name.lower()
+               and not name.startswith("DistributedGradientTape")]  # Keras 2: gamma's, beta's
+    print(f"the timeline's batch norm all-reduces: {sorted(moments)}")
+    # Keras 3: hvdtrain's names, by place; Keras 2: Horovod's, after the layer's tensors (the
+    # gradient's all-reduce named after the gradient's tensor).
+    assert len(moments) == 2 if keras_major() < 3 else sorted(moments) == [
+        "hvdtrain_sync_batch_norm_0", "hvdtrain_sync_batch_norm_0_gradient"], moments
+    reported = json.loads((run_dir / "summary.json").read_text())["final_eval_loss"]
+    exported = eval_loss_of_export(run_dir)
+    print(f"custom loop, synchronized: summary's eval loss {reported:.6f}, export's {exported:.6f}")
+    assert exported == pytest.approx(reported, abs=1e-5)
