@@ -79,8 +79,6 @@ def test_the_readme_example_trains_identical_ranks(launcher, without_allreduce, 
     assert largest_difference(plain0, plain1) > 1e-3
 
 
-# Keras 2 never turns XLA on by itself; the refusal is the Keras 3 binding's.
-@pytest.mark.keras3_only
 def test_xla_is_refused_with_one_clear_line(tmp_path):
     # Keras 3 compiles with XLA by itself when it sees a GPU; here it is asked for directly.
     script = tmp_path / "xla.py"
@@ -90,6 +88,44 @@ def test_xla_is_refused_with_one_clear_line(tmp_path):
     job = launch("single", 1, [sys.executable, str(script)], timeout=120)
     assert job.returncode != 0
     assert "Horovod's all-reduce has no XLA lowering: compile with jit_compile=False" in job.output
+
+
+# A library script whose ranks hold 40 and 32 rows in a dataset of unknown length (a filter):
+# fit_callbacks() cannot compare step counts before the first step, so rank 0's fifth batch
+# waits in an all-reduce rank 1 never joins.
+UNKNOWN_LENGTH = """
+import numpy as np, tensorflow as tf
+from hvdtrain import distributed as dist
+world = dist.init(stall_warning_s=5, stall_abort_s=15)
+rows = {rows}[world.rank]
+data = (tf.data.Dataset.from_tensor_slices((np.ones((rows, 4), "float32"), np.zeros(rows, "int64")))
+        .filter(lambda x, y: True).batch(8))
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+model.compile(dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1)), jit_compile=False,
+              loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(data, epochs=2, callbacks=dist.fit_callbacks(), verbose=0)
+print(f"rank {{world.rank}} done", flush=True)
+"""
+
+
+@pytest.mark.multirank
+@pytest.mark.beside  # it mostly waits
+@pytest.mark.one_stack  # the watchdog is the same code on both stacks
+def test_a_library_job_stuck_on_a_batch_of_unknown_count_ends_at_the_stall_abort(tmp_path):
+    """Under Gloo (Horovod's stall check does nothing there) fit_callbacks()'s watchdog ends
+    the job at dist.init(stall_abort_s=15): one line per rank, well within a minute."""
+    script = tmp_path / "uneven.py"
+    script.write_text(UNKNOWN_LENGTH.format(rows=(40, 32)))
+    job = launch("gloo", 2, [sys.executable, str(script)], timeout=150)
+    assert job.returncode != 0 and "done" not in job.output, job.output[-3000:]
+    assert ("no training step finished in 15 s (dist.init(stall_abort_s=...))"
+            in job.output), job.output[-3000:]
+    assert job.seconds < 90, job.seconds
+    # Control: the same script with equal shards trains to its end.
+    script.write_text(UNKNOWN_LENGTH.format(rows=(32, 32)))
+    job = launch("gloo", 2, [sys.executable, str(script)], timeout=150)
+    assert_ok(job, "the same script with equal shards")
+    assert "rank 0 done" in job.output and "rank 1 done" in job.output
 
 
 def same_batches(batch: int, lr: float) -> str:
