@@ -194,13 +194,18 @@ def check_open_mpi(which: Callable[[str], str | None] = shutil.which) -> Check:
     return Check("open mpi", True, f"{version[1]}, {mpirun}")
 
 
-def check_smoke(launcher: str) -> Check:
-    """A 2-rank all-reduce under ``launcher`` (a name in launchers.MULTI_RANK): its Check."""
+def check_smoke(launcher: str, facts: dict | None = None) -> Check:
+    """A 2-rank all-reduce under ``launcher`` (a name in launchers.MULTI_RANK): its Check;
+    ``facts`` (doctor --report) gets its output, and under MPI Open MPI says what it selected."""
     name = f"2 ranks {launcher}"
-    command, env = launchers.prepare(launcher, SMOKE_RANKS, [sys.executable, "-c", SMOKE_RANK])
+    verbose = doctor_report.OPEN_MPI_VERBOSE if facts is not None else {}
+    command, env = launchers.prepare(launcher, SMOKE_RANKS, [sys.executable, "-c", SMOKE_RANK],
+                                     env=verbose)
     started = time.monotonic()
     status, output = _run(command, SMOKE_TIMEOUT_S, env)
     seconds = time.monotonic() - started
+    if facts is not None:
+        facts[f"smoke {launcher}"] = output
     if status is None:
         return Check(name, False, f"no result in {SMOKE_TIMEOUT_S} s: {' '.join(command)} hangs "
                                   f"(a firewall between ranks, or a stuck MPI)")
@@ -229,7 +234,7 @@ def checks(facts: dict | None = None) -> list[Check]:
     found.append(check_open_mpi())
     if all(check.ok for check in found):
         # Gloo first: it needs no MPI, like the demo (make demo).
-        found += [check_smoke(launcher) for launcher in
+        found += [check_smoke(launcher, facts) for launcher in
                   sorted(launchers.MULTI_RANK, key=lambda name: name != "gloo")]
     return found
 
@@ -251,9 +256,9 @@ def report(found: Sequence[Check]) -> str:
 def run(paste: bool = False) -> int:
     """Runs every check and prints the report (``paste``: the block for a bug report, from
     doctor_report); returns the exit status, 0 when ready, else 1."""
-    facts: dict = {}
+    facts: dict | None = {} if paste else None
     found = checks(facts)
     print(f"hvdtrain doctor ({sys.executable})\n{report(found)}", flush=True)
     if paste:
-        print(doctor_report.block(found, facts, os.environ), flush=True)
+        print(doctor_report.block(found, facts or {}, os.environ), flush=True)
     return 0 if ready(found) else 1

@@ -31,6 +31,10 @@ FIELDS = ("hvdtrain", "python", "platform", "tensorflow", "keras", "tf_keras",
 LAUNCHER_PREFIXES = ("SLURM_", "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "K_MPI_JOB_ROLE",
                      "KUBERNETES_")
 WIDTH = 21
+# For the report's MPI smoke test: Open MPI names the transports (btl), point-to-point layer
+# (pml) and collective modules (coll) it selects, on each rank's output.
+OPEN_MPI_VERBOSE = {"OMPI_MCA_btl_base_verbose": "10", "OMPI_MCA_pml_base_verbose": "10",
+                    "OMPI_MCA_coll_base_verbose": "20"}
 
 
 def check_build_parts(report: str) -> str:
@@ -54,8 +58,31 @@ def ompi_components(kind: str, which=shutil.which) -> str:
         return "none (no ompi_info on PATH)"
     listed = subprocess.run([ompi_info], capture_output=True, text=True, timeout=60).stdout
     names = re.findall(rf"^\s*MCA {kind}: (\S+)", listed, re.M)
-    return ", ".join(names) + " (available; Open MPI picks among them at run time)" \
-        if names else "none"
+    return ", ".join(names) if names else "none"
+
+
+def ompi_selected(output: str) -> dict[str, str]:
+    """What Open MPI selected in a job run with OPEN_MPI_VERBOSE, from its output: the btl
+    components whose init succeeded, the pml chosen, the coll modules enabled on the job's
+    communicators (with their priority: the highest serves a collective first)."""
+    started = set(re.findall(r"select: initializing btl component (\w+)", output))
+    btl = sorted(started & set(re.findall(r"init of component (\w+) returned success", output)))
+    pml = sorted(set(re.findall(r"select: component (\w+) selected", output)))
+    enabled = re.findall(r"comm_select: selecting\s+(\w+), priority\s+(\d+), Enabled", output)
+    coll = sorted(set(enabled), key=lambda found: (-int(found[1]), found[0]))
+    return {"btl": ", ".join(btl), "pml": ", ".join(pml),
+            "coll": ", ".join(f"{name} {priority}" for name, priority in coll)}
+
+
+def _open_mpi(smoke_output: str) -> list[tuple[str, str]]:
+    """The btl (and pml) and coll rows: what the MPI smoke test used, then what is there."""
+    used = ompi_selected(smoke_output)
+    where = "in the 2-rank MPI job here"
+    btl, coll = ompi_components("btl"), ompi_components("coll")
+    return [("open mpi btl", f"{used['btl']}, pml {used['pml']} ({where}); available: {btl}"
+             if used["btl"] else f"available: {btl}"),
+            ("open mpi coll", f"{used['coll']} ({where}, by priority); available: {coll}"
+             if used["coll"] else f"available: {coll}")]
 
 
 def settings(environ: Mapping[str, str], prefixes: Sequence[str]) -> list[str]:
@@ -109,8 +136,7 @@ def block(found: Sequence["Check"], facts: Mapping, environ: Mapping[str, str]) 
               "OMPI_MCA_*": settings(environ, ["OMPI_MCA_"]),
               "launcher env": settings(environ, LAUNCHER_PREFIXES)}
     failed = [c.name for c in found if not c.ok]
-    rows = [*versions, ("open mpi btl", ompi_components("btl")),
-            ("open mpi coll", ompi_components("coll")),
+    rows = [*versions, *_open_mpi(facts.get("smoke mpi", "")),
             ("HOROVOD_*", listed["HOROVOD_*"][0]), ("OMPI_MCA_*", listed["OMPI_MCA_*"][0]),
             *_hardware(facts, dict(versions)["horovod build"]),
             ("launcher env", listed["launcher env"][0]),

@@ -63,7 +63,14 @@ def test_doctor_passes_the_healthy_venv_with_a_checked_all_reduce_under_both_lau
     assert fields["tensorflow"] == horovod_install.tensorflow_version()
     assert fields["keras"] == importlib.metadata.version("keras")
     assert "controllers: MPI, Gloo" in fields["horovod build"]
-    assert fields["open mpi"].startswith("4.1") and "vader" in fields["open mpi btl"]
+    assert fields["open mpi"].startswith("4.1")
+    # What Open MPI 4.1 selected in the MPI smoke job, from its own verbose output: shared
+    # memory (vader) between the two ranks of one host, ob1, tuned's collectives (self's on
+    # Horovod's one-process communicators).
+    assert re.match(r"(\w+, )*vader(, \w+)*, pml ob1 \(in the 2-rank MPI job here\)",
+                    fields["open mpi btl"]), fields
+    assert re.match(r"(\w+ \d+, )*tuned 30, .*\(in the 2-rank MPI job here, by priority\)",
+                    fields["open mpi coll"]), fields
     for name, value in REPORTED_ENV.items():
         assert re.search(rf"^ +{name}={value}$|  {name}={value}$", job.output, re.M), name
     for launcher in ("gloo", "mpi"):
