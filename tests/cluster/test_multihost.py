@@ -34,6 +34,12 @@ def cluster(tmp_path_factory):
         yield made
 
 
+@pytest.fixture(scope="module")
+def one_host_mpi_2(tmp_path_factory) -> dict:
+    """The 2-rank mpirun job on one host, which two tests compare with (run once)."""
+    return one_host_summary("mpi", 2, tmp_path_factory.mktemp("one-host"))
+
+
 def run_on_cluster(cluster: NetnsCluster, tmp_path: Path, launcher_argv: list[str],
                    extra_env: dict[str, str] | None = None,
                    ) -> tuple[dict, dict[int, tuple[str, str]]]:
@@ -63,7 +69,7 @@ def test_horovodrun_gloo_across_three_hosts_equals_one_host(cluster, tmp_path):
     assert_same_training(multi, one_host_summary("gloo", 3, tmp_path))
 
 
-def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path):
+def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path, one_host_mpi_2):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("# two hosts, one slot each\nhost1 slots=1\nhost2 slots=1\n")
     multi, where = run_on_cluster(cluster, tmp_path, [
@@ -74,7 +80,7 @@ def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path):
     assert where == {0: (cluster.names[0], cluster.addresses[0]),
                      1: (cluster.names[1], cluster.addresses[1])}
     assert multi["controller"] == "mpi" and multi["world_size"] == 2
-    assert_same_training(multi, one_host_summary("mpi", 2, tmp_path))
+    assert_same_training(multi, one_host_mpi_2)
 
 
 # The Kubeflow MPI Operator's side of an MPIJob, from its source (kubeflow/mpi-operator,
@@ -91,7 +97,8 @@ def operator_launcher_env(hostfile: Path) -> dict[str, str]:
             "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10"}
 
 
-def test_mpijob_launcher_line_trains_on_two_worker_hosts_equal_to_one_host(cluster, tmp_path):
+def test_mpijob_launcher_line_trains_on_two_worker_hosts_equal_to_one_host(cluster, tmp_path,
+                                                                          one_host_mpi_2):
     """hvdtrain launch k8s's launcher command, run on host1 as the launcher pod, with the
     operator's hostfile naming host2 and host3 as its worker pods."""
     name, namespace = "multi", "ml"   # the run directory: MOUNT/NAME = tmp_path/multi
@@ -113,7 +120,7 @@ def test_mpijob_launcher_line_trains_on_two_worker_hosts_equal_to_one_host(clust
     assert where == {0: (cluster.names[1], cluster.addresses[1]),
                      1: (cluster.names[2], cluster.addresses[2])}
     assert multi["controller"] == "mpi" and multi["world_size"] == 2
-    assert_same_training(multi, one_host_summary("mpi", 2, tmp_path))
+    assert_same_training(multi, one_host_mpi_2)
 
 
 # Addresses that mean every interface of a host (IPv4, IPv6, both), as ss prints them.
