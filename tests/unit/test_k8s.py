@@ -120,6 +120,7 @@ def test_defaults_without_resources_fit_too(capsys):
     assert "resources" not in worker and job["spec"]["slotsPerWorker"] == 1
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("args, expected", [
     (["--name", "Digits"], "--name 'Digits': the pod name 'Digits-worker-1' must be a DNS label"),
     (["--gpus-per-worker", "1", "--slots-per-worker", "2"],
