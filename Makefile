@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launching.py, hvdtrain/launchers.py), not here.
 
-.PHONY: install demo lint test test-core test-fast unit bench bench-check bench-quick compat clean
+.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick compat clean
 
 install:
 	@$(call SETUP,$(STACK),$(VENV))
@@ -60,6 +60,14 @@ test-fast:
 # Only the tests that need no launcher (seconds).
 unit: install
 	$(PY) -m pytest -m "not multirank"
+
+# docs/guarantees.md from runs: the Keras usage patterns of tests/guarantees_worker.py through the
+# library path at 2 ranks, one job per stack (a few minutes), verdicts and figures per stack
+# (tests/multirank/test_guarantees.py holds each stack to its column). Results in runs/guarantees.
+guarantees:
+	@$(call SETUP,keras3,.venv)
+	@$(call SETUP,keras2,.venv-keras2)
+	$(PY) scripts/guarantees.py --venv .venv --venv .venv-keras2 --out docs/guarantees.md
 
 # Every benchmark on an idle machine, both stacks (about 27 minutes on 2 cores: benchmarks/
 # README.md, "make bench's budget"): figures, tables and plots into benchmarks/results, each
