@@ -39,9 +39,10 @@ def _assign_broadcast(variables: list[tf.Variable], root_rank: int) -> None:
     @tf.function(autograph=False)
     def assign_all() -> None:
         for i, variable in enumerate(variables):
-            # Horovod: one broadcast per variable, named by its position (the same on every
-            # rank), all submitted at once inside this graph.
-            variable.assign(hvd.broadcast(variable, root_rank, name=f"hvdtrain_broadcast_{i}"))
+            # Horovod: one broadcast per variable, named by its position alone (no name scope,
+            # which Keras numbers per process), all submitted at once inside this graph.
+            variable.assign(hvd.broadcast(variable, root_rank, name=f"hvdtrain_broadcast_{i}",
+                                          ignore_name_scope=True))
     assign_all()
 
 
