@@ -217,6 +217,12 @@ class HorovodConfig:
                                  "-1: the launcher's setting, else hvdtrain's 0.2 (5 for a "
                                  "process alone: world size 1, not elastic)",
                                  default=-1.0)
+    bucket_mb: float = _help("Keras 3 (and backward_passes_per_step > 1): all-reduce the dense "
+                             "gradients in buckets of about this many MB, the last layers' "
+                             "first, each one grouped all-reduce that starts as soon as "
+                             "backprop has computed its gradients (overlapping the rest of "
+                             "backprop); 0: one grouped all-reduce per step after the whole "
+                             "backward pass", default=0.0)
     autotune: bool = _help("let Horovod tune fusion threshold and cycle time while training "
                            "(HOROVOD_AUTOTUNE)", default=False)
     timeline: str = _help("write a Horovod timeline (Chrome trace JSON) to this file, from "
@@ -230,6 +236,9 @@ class HorovodConfig:
         if self.fusion_threshold_mb < 0 and self.fusion_threshold_mb != -1:
             raise UserError(f"horovod.fusion_threshold_mb must be >= 0 (or -1 for Horovod's "
                             f"default), got {self.fusion_threshold_mb}")
+        if self.bucket_mb < 0:
+            raise UserError(f"horovod.bucket_mb must be >= 0 (0: one all-reduce per step), "
+                            f"got {self.bucket_mb}")
         if self.cycle_time_ms <= 0 and self.cycle_time_ms != -1:
             raise UserError(f"horovod.cycle_time_ms must be > 0 (or -1 for Horovod's "
                             f"default), got {self.cycle_time_ms}")

@@ -51,6 +51,21 @@ def no_input_model():
                                 tf.keras.layers.Dense(CLASSES)])
 
 
+# horovod.bucket_mb's cases (Keras 3), on bucket_model: 0 (one grouped all-reduce), a bucket
+# smaller than any gradient (each its own: 6) and one in between (3: the last layer's three
+# gradients, the middle kernel alone, the first layer's two).
+BUCKET_CASES = {"buckets_none": 0.0, "buckets_each": 0.00001, "buckets_some": 0.0005}
+
+
+def bucket_model():
+    """Three Dense layers: dense gradients of 384, 64, 1024, 64, 256 and 16 bytes."""
+    import tensorflow as tf
+    return tf.keras.Sequential([tf.keras.Input((FEATURES,)),
+                                tf.keras.layers.Dense(16, activation="relu"),
+                                tf.keras.layers.Dense(16, activation="relu"),
+                                tf.keras.layers.Dense(CLASSES)])
+
+
 def data(rank: int, size: int, batch: int):
     """Rank ``rank``'s shard: its B rows of every 2B-row global batch, so 1 rank at 2B sees
     each global batch whole, in the same order."""
@@ -125,6 +140,13 @@ def main() -> None:
     # Bug 2: no Input and never built: fit builds it in its first step.
     tf.keras.utils.set_random_seed(100 + world.rank)
     save["no_input"] = train(no_input_model(), dist, world, options, args.batch).get_weights()
+
+    # horovod.bucket_mb (Keras 3's reducer): the same model under each bucket size.
+    if dist.keras_version().startswith("3."):
+        for case, bucket_mb in BUCKET_CASES.items():
+            tf.keras.utils.set_random_seed(100 + world.rank)
+            save[case] = train(bucket_model(), dist, world, HorovodConfig(bucket_mb=bucket_mb),
+                               args.batch).get_weights()
 
     # Adam's state restored on rank 0 only (its step count and slots, as a checkpoint would
     # load them) reaches every rank.
@@ -282,7 +304,44 @@ def two_rank_checks(dist, rank: int) -> dict:
                   jit_compile=refusal(lambda: jit_compiled_fit(dist)))
     if dist.keras_version().startswith("3."):
         checks.update(metric_checks(dist, rank))
+        checks["buckets"] = {case: bucket_ops(dist, bucket_mb)
+                             for case, bucket_mb in BUCKET_CASES.items()}
     return checks
+
+
+def bucket_ops(dist, bucket_mb: float) -> list[list]:
+    """A traced step of bucket_model, its gradients reduced as the Keras 3 optimizer does: for
+    each Horovod op, in the order they were made, the positions of the variables whose gradient
+    it waits for (the gradient ops among its ancestors), with its type."""
+    import tensorflow as tf
+    from hvdtrain.config import HorovodConfig
+    model = bucket_model()
+    gradient_ops: list = []
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        gradient_ops[:] = [grad.op for grad in grads]
+        return dist.reduce_gradients(grads, HorovodConfig(bucket_mb=bucket_mb))
+
+    graph = tf.function(step).get_concrete_function(tf.TensorSpec((None, FEATURES))).graph
+    return [[op.type, sorted(i for i, grad_op in enumerate(gradient_ops)
+                             if grad_op in ancestors(op))]
+            for op in graph.get_operations() if "Horovod" in op.type]
+
+
+def ancestors(op) -> set:
+    """Every op ``op`` waits for, through its inputs and control inputs."""
+    seen: set = set()
+    todo = [op]
+    while todo:
+        this = todo.pop()
+        for parent in [tensor.op for tensor in this.inputs] + list(this.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
 
 
 def unequal_steps(dist, rank: int) -> None:
@@ -394,6 +453,11 @@ def refusal_checks(dist) -> dict:
         "double_reduction": refusal(tape_then_distributed_optimizer),
         "adasum_in_fit": refusal(lambda: dist.distributed_optimizer(
             tf.keras.optimizers.SGD(0.1), HorovodConfig(op="adasum"))),
+        # horovod.bucket_mb: hvdtrain's reducer's (Keras 3); refused by Horovod's own (Keras 2).
+        "bucket_mb_optimizer": refusal(lambda: dist.distributed_optimizer(
+            tf.keras.optimizers.SGD(0.1), HorovodConfig(bucket_mb=1.0))),
+        "bucket_mb_tape": refusal(lambda: dist.distributed_tape(
+            tf.GradientTape(), HorovodConfig(bucket_mb=1.0))),
     }
     if dist.keras_version().startswith("3."):
         pi = tf.constant([3.14159265], tf.float32)

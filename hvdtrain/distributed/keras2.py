@@ -30,6 +30,7 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     """Horovod's DistributedOptimizer around ``optimizer``, refusing gradients a distributed
     tape reduced already, with what was set on ``optimizer`` outside its config. Refuses
     Adasum, which Horovod's Keras optimizer does not take."""
+    refuse_buckets(options)
     if options.op == "adasum":
         raise UserError("on Keras 2 Horovod's Keras DistributedOptimizer averages or sums only: "
                         "for Adasum use dist.distributed_tape with a plain optimizer "
@@ -78,9 +79,18 @@ def _reduce_exactly_once(distributed: Any) -> None:
     distributed.apply_gradients = applying
 
 
+def refuse_buckets(options: HorovodConfig) -> None:
+    """horovod.bucket_mb is hvdtrain's reducer's; Horovod's optimizer and tape would ignore it."""
+    if options.bucket_mb:
+        raise UserError("horovod.bucket_mb is not applied by Horovod's own optimizer and tape "
+                        "on Keras 2: they all-reduce each gradient as backprop produces it "
+                        "already (fused per cycle); leave it at 0")
+
+
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
     """Horovod's DistributedGradientTape around ``tape``; what its gradient() returns is
     recorded as reduced, so that a distributed optimizer refuses it."""
+    refuse_buckets(options)
     # Horovod: tape.gradient() returns gradients already reduced across ranks (average or
     # Adasum), so every rank applies the same update.
     reducing = hvd.DistributedGradientTape(tape, compression=compression(options),

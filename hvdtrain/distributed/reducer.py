@@ -6,6 +6,7 @@ Also the record of what a distributed tape returned (on either Keras), so that a
 optimizer refuses to reduce those gradients a second time."""
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from typing import Any, Sequence, TypeVar
@@ -18,6 +19,7 @@ import horovod.tensorflow as hvd
 from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
+from hvdtrain.rank_env import MB
 
 T = TypeVar("T")
 # The gradients distributed tapes returned, by id (weakly: they go when the step drops them).
@@ -32,7 +34,9 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     At world size 1 they come back untouched (no all-reduce, no fp16 rounding), except under
     elastic training, where a traced step outlives the world size. Dense gradients go through
     ONE grouped all-reduce per dtype (negotiated once, fused into one buffer; one dtype in the
-    usual case, float16 and float32 under some mixed precision);
+    usual case, float16 and float32 under some mixed precision), or with ``options.bucket_mb``
+    one per bucket (``buckets``): each depends on its own gradients only, so in a traced step
+    the last layers' bucket starts while backprop still computes the first layers' gradients;
     sparse ones (IndexedSlices, from embeddings) are reduced each on its own, apart from the
     dense ones, unless sparse_as_dense makes them dense first. Adasum reduces every tensor on
     its own. ``name`` must be the same on every rank and differ between call sites."""
@@ -60,14 +64,49 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     for i in dense:
         if i not in each:
             by_dtype.setdefault(out[i].dtype, []).append(i)
-    for dtype, grouped in sorted(by_dtype.items(), key=lambda item: item[0].name):
-        # Horovod: one grouped all-reduce of the step's dense gradients per dtype (ring
-        # all-reduce, averaged; fp16 on the wire if asked); its op takes one dtype only.
-        reduced = hvd.grouped_allreduce([out[i] for i in grouped], op=reduce_op(options),
-                                        compression=compression(options),
-                                        name=name if len(by_dtype) == 1 else f"{name}_{dtype.name}")
-        for i, grad in zip(grouped, reduced):
-            out[i] = grad
+    limit = math.ceil(options.bucket_mb * MB)  # a bucket_mb > 0 gives at least 1 byte
+    for dtype, of_dtype in sorted(by_dtype.items(), key=lambda item: item[0].name):
+        base = name if len(by_dtype) == 1 else f"{name}_{dtype.name}"
+        sizes = [_bytes(out[i].shape.num_elements(), dtype.size) for i in of_dtype]
+        groups = buckets(sizes, limit)
+        for k, bucket in enumerate(groups):
+            grouped = [of_dtype[j] for j in bucket]
+            # Horovod: one grouped all-reduce per bucket (negotiated once, fused into one
+            # buffer; ring all-reduce, averaged; fp16 on the wire if asked); its op takes one
+            # dtype only. Its name is the same on every rank: the ranks match buckets by it.
+            reduced = hvd.grouped_allreduce([out[i] for i in grouped], op=reduce_op(options),
+                                            compression=compression(options),
+                                            name=base if len(groups) == 1 else f"{base}_b{k}")
+            for i, grad in zip(grouped, reduced):
+                out[i] = grad
+    return out
+
+
+def _bytes(elements: int | None, itemsize: int) -> int | None:
+    return None if elements is None else elements * itemsize
+
+
+def buckets(sizes: Sequence[int | None], limit: int) -> list[list[int]]:
+    """The positions of gradients of ``sizes`` bytes (in variable order) in buckets of at most
+    ``limit`` bytes, for one grouped all-reduce each: taken from the last position to the first
+    (backprop computes the last layers' gradients first, as PyTorch DDP's buckets), each bucket
+    a run of consecutive positions, closed when the next gradient would take it past ``limit``;
+    a gradient larger than ``limit`` gets a bucket of its own. ``limit`` 0: ONE bucket of all
+    positions in variable order (no overlap, one negotiation per step). A size of None (a shape
+    unknown when traced) counts as larger than any bucket."""
+    if limit <= 0:
+        return [list(range(len(sizes)))] if sizes else []
+    out: list[list[int]] = []
+    held = 0
+    for position in reversed(range(len(sizes))):
+        size = sizes[position]
+        size = limit + 1 if size is None else size
+        if out and held + size <= limit:
+            out[-1].append(position)
+            held += size
+        else:
+            out.append([position])
+            held = size
     return out
 
 

@@ -5,6 +5,7 @@ pass-through."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,13 @@ from helpers import (EXACT, TESTS, assert_ok, assert_same_training, hvdtrain, im
                      keras_major, largest_difference, launch, weights)
 
 WORKER = TESTS / "binding_worker.py"
+# horovod.bucket_mb's cases (Keras 3: bucket_model at bucket_mb 0, 0.00001 and 0.0005), and
+# for each, the Horovod ops of a traced step with the gradients each one waits for (variable
+# positions; backprop makes 5 first, 0 last): one grouped all-reduce per bucket, the last
+# layers' first, none waiting for a gradient of another bucket.
+BUCKETS = {"buckets_none": [[0, 1, 2, 3, 4, 5]],
+           "buckets_each": [[5], [4], [3], [2], [1], [0]],
+           "buckets_some": [[3, 4, 5], [2], [0, 1]]} if keras_major() >= 3 else {}
 # The cases of tests/binding_worker.py's user_step_cases that must equal 1 rank at 2B: own
 # train_step (one optimizer, two), rank 0 building a model more first, state loaded on rank 0
 # only, and on Keras 3 a loaded model.keras's optimizer made distributed.
@@ -51,7 +59,13 @@ def assert_refused_or_kept(checks: dict) -> None:
     assert checks["double_reduction"].startswith("these gradients come from dist.distributed_tape")
     if keras_major() < 3:  # Horovod's Keras optimizer would average silently
         assert checks["adasum_in_fit"].startswith("on Keras 2 Horovod's Keras DistributedOptimizer")
+        # Horovod's own optimizer and tape would ignore horovod.bucket_mb: one line each.
+        for key in ("bucket_mb_optimizer", "bucket_mb_tape"):
+            assert checks[key].startswith("horovod.bucket_mb is not applied by Horovod's own "
+                                          "optimizer and tape on Keras 2"), key
         return
+    # Control for that refusal: Keras 3's reducer takes the option.
+    assert checks["bucket_mb_optimizer"] == checks["bucket_mb_tape"] == ""
     assert checks["adasum_in_fit"] == ""  # the one reducer does Adasum
     # A train function traced before the optimizer was wrapped (fit, wrap, fit): refused.
     assert checks["wrapped_after_fit"].startswith("the model's train function was made before")
@@ -67,8 +81,16 @@ def test_library_pattern_at_two_ranks_ends_with_identical_ranks(two_ranks):
     two, checks = two_ranks
     # Bug 1: a dense gradient before the embedding's sparse one trains; bug 2: a model without
     # an Input (seeds 100 + rank) ends alike on both ranks.
-    for case in ("dense_first", "no_input", *USER_STEPS):
+    for case in ("dense_first", "no_input", *USER_STEPS, *BUCKETS):
         assert largest_difference(*two[case]) == 0, case
+    # horovod.bucket_mb: one grouped all-reduce per bucket, each waiting only for its own
+    # gradients, so the executor may start the last layers' while backprop goes on (control:
+    # at bucket_mb 0 the one all-reduce waits for every gradient).
+    for pair in checks:
+        assert {case: [positions for kind, positions in pair["buckets"][case]]
+                for case in BUCKETS} == BUCKETS
+        assert {kind for case in BUCKETS for kind, _ in pair["buckets"][case]} <= {
+            "HorovodGroupedAllreduce"}
     # Each rank draws its own dropout masks (Keras 3 broadcast rank 0's seed state with the
     # weights: the same mask for sample i on every rank), from identical weights.
     (masks0, *weights0), (masks1, *weights1) = two["dropout_masks"]
@@ -99,8 +121,12 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(two_ran
     # on both stacks (Horovod's own Keras 2 callback broadcasts after it: no exact replay).
     two, checks = two_ranks
     one, (single,) = run_cases(1, tmp_path / "one", "--batch", "16")
-    for case in ("dense_first", "no_input", *USER_STEPS):
+    for case in ("dense_first", "no_input", *USER_STEPS, *BUCKETS):
         assert largest_difference(two[case][0], one[case][0]) < 1e-5, case
+    # Every bucket size reduces to the same sums, bit for bit (a result put back at another
+    # gradient's place, control run by hand, fails both checks).
+    for case in BUCKETS:
+        assert largest_difference(two[case][0], two["buckets_none"][0]) == 0, case
     # Controls for bug 2, the broadcasts of earlier versions: at on_train_begin only, when
     # nothing is built yet, the ranks part ways; after the first step (as Horovod's Keras 2
     # callback), they agree but their first step started from different weights.
@@ -132,13 +158,15 @@ CLI_JOB = ["train", "--preset", "synthetic-mlp", "--epochs", "2", *EXACT,
            "--set", "optim.lr_scaling=none", "--set", "optim.warmup_epochs=0"]
 
 
-def cli_summary(tmp_path: Path, launcher: str, ranks: int, batch: int) -> dict:
+def cli_summary(tmp_path: Path, launcher: str, ranks: int, batch: int, *args: str) -> dict:
     run_dir = tmp_path / f"{ranks}x{batch}"
     job = launch(launcher, ranks, hvdtrain(*CLI_JOB, "--batch-size", str(batch),
-                                           "--run-dir", str(run_dir)),
+                                           "--run-dir", str(run_dir), *args),
                  env=importable_from(TESTS), timeout=180)
     assert_ok(job, f"hvdtrain train with the dense-first user model, {ranks} x {batch}")
     assert "model binding_worker:dense_first_on_input, 1,232 parameters" in job.output
+    if args:  # Keras 3's buckets, named on the banner's horovod line
+        assert re.search(r"  horovod fusion .*, buckets 0.0001 MB$", job.output, re.M), job.output
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -147,7 +175,10 @@ def cli_summary(tmp_path: Path, launcher: str, ranks: int, batch: int) -> dict:
 def test_cli_trains_a_user_model_whose_dense_gradients_come_first(tmp_path):
     # Before the reducer grouped sparse gradients apart, both ranks failed here with
     # "'SymbolicTensor' object has no attribute 'dense_shape'".
-    two = cli_summary(tmp_path, "mpi", 2, 16)
+    # On Keras 3 in two buckets (the dense kernel's 208 bytes, then its bias's 16, beside the
+    # embedding's sparse gradient): the same result.
+    two = cli_summary(tmp_path, "mpi", 2, 16,
+                      *(("--set", "horovod.bucket_mb=0.0001") if keras_major() >= 3 else ()))
     one = cli_summary(tmp_path, "single", 1, 32)
     assert_same_training({**two, "world_size": 1}, one)
     # Control: one rank at half the batch (what a rank alone would do) ends elsewhere.

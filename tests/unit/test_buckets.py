@@ -1,0 +1,76 @@
+"""``horovod.bucket_mb`` without a launcher: the reducer's bucketing arithmetic (which gradients
+share a grouped all-reduce), the config's check and the banner. Across ranks (2 x B == 1 x 2B
+on every bucket size, one Horovod op per bucket): tests/multirank/test_binding.py."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from hvdtrain import distributed as dist
+from hvdtrain import presets, report
+from hvdtrain.config import HorovodConfig
+from hvdtrain.distributed.reducer import buckets
+from hvdtrain.errors import UserError
+
+
+def test_buckets_run_from_the_last_gradient_to_the_first():
+    # Backprop computes the last layers' gradients first: they make the first bucket.
+    assert buckets([4, 4, 4, 4], 8) == [[3, 2], [1, 0]]
+    assert buckets([4, 4, 4], 8) == [[2, 1], [0]]
+
+
+def test_a_bucket_is_closed_when_the_next_gradient_would_take_it_past_the_limit():
+    assert buckets([4, 4, 4, 4], 12) == [[3, 2, 1], [0]]  # exactly the limit: still fits
+    assert buckets([4, 4, 4, 4], 11) == [[3, 2], [1, 0]]  # one byte less: it does not
+    assert buckets([4, 4, 4, 4], 7) == [[3], [2], [1], [0]]
+    assert buckets([4, 4, 4, 4], 1) == [[3], [2], [1], [0]]
+
+
+def test_a_gradient_larger_than_the_bucket_goes_alone():
+    assert buckets([4, 100, 4, 4], 8) == [[3, 2], [1], [0]]
+    assert buckets([100, 4, 4], 8) == [[2, 1], [0]]
+    # A shape unknown when traced counts as larger than any bucket.
+    assert buckets([4, None, 4], 1_000) == [[2], [1], [0]]
+
+
+def test_size_zero_makes_one_bucket_in_variable_order():
+    assert buckets([4, 100, None, 4], 0) == [[0, 1, 2, 3]]
+    assert buckets([], 0) == [] and buckets([], 8) == []
+
+
+def test_every_gradient_lands_in_exactly_one_bucket_within_the_limit():
+    rng = random.Random(0)
+    for _ in range(200):
+        sizes = [rng.randint(1, 50) for _ in range(rng.randint(1, 20))]
+        limit = rng.randint(1, 120)
+        got = buckets(sizes, limit)
+        assert sorted(i for bucket in got for i in bucket) == list(range(len(sizes)))
+        # Consecutive positions, descending, bucket after bucket.
+        assert [i for bucket in got for i in bucket] == list(reversed(range(len(sizes))))
+        for bucket in got:
+            assert len(bucket) == 1 or sum(sizes[i] for i in bucket) <= limit
+        # Greedy: no bucket could have taken the next bucket's first gradient.
+        for this, after in zip(got, got[1:]):
+            assert sum(sizes[i] for i in this) + sizes[after[0]] > limit
+
+
+def test_bucket_mb_below_zero_is_refused_with_one_line():
+    with pytest.raises(UserError, match=r"^horovod.bucket_mb must be >= 0 \(0: one all-reduce "
+                                        r"per step\), got -1.0$"):
+        HorovodConfig(bucket_mb=-1.0)
+    # Control: 0 (the default) and a size are accepted.
+    assert HorovodConfig().bucket_mb == 0 and HorovodConfig(bucket_mb=0.5).bucket_mb == 0.5
+
+
+def test_the_banner_names_the_bucket_size_when_set():
+    config = presets.digits()
+    bucketed = dataclasses.replace(config, horovod=HorovodConfig(bucket_mb=2.5))
+    world = dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 1, 1, "stack")
+    lines = [line for cfg in (bucketed, config)
+             for line in report.banner(cfg, world, data="d", params=1, steps=1, peak_lr=0.1,
+                                       start_epoch=0, horovod_in_force="fusion 128 MB",
+                                       run_dir="r").splitlines()
+             if line.startswith("  horovod")]
+    assert lines == ["  horovod fusion 128 MB, buckets 2.5 MB", "  horovod fusion 128 MB"]
