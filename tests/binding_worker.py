@@ -290,15 +290,23 @@ def save_all(out: Path, rank: int, save: dict) -> None:
 
 
 def two_rank_checks(dist, rank: int) -> dict:
-    """At 2 ranks: float32 and float16 gradients in one step, and a rank with no batch at all
-    joining at once while its peer reduces its one batch."""
+    """At 2 ranks: float32 and float16 gradients in one step (in one group per dtype, and in
+    buckets), and a rank with no batch at all joining at once while its peer reduces its one
+    batch."""
     import tensorflow as tf
     from hvdtrain.config import HorovodConfig
     reduce = tf.function(lambda *grads: dist.reduce_gradients(grads, HorovodConfig()))
     mixed = reduce(tf.constant([1.0 + rank], tf.float32), tf.constant([2.0 + 2 * rank], tf.float16))
+    # In buckets of one gradient each, two gradients per dtype (the reducer's, both stacks).
+    bucketed = tf.function(lambda *grads: dist.reduce_gradients(
+        grads, HorovodConfig(bucket_mb=0.00001)))
+    in_buckets = bucketed(tf.constant([1.0 + rank]), tf.constant([2.0 + 2 * rank], tf.float16),
+                          tf.constant([3.0 + 3 * rank, 5.0]),
+                          tf.constant([4.0 + 4 * rank], tf.float16))
     joined = reduce(tf.constant([4.0]))[0].numpy().tolist() if rank == 0 else None
     checks = {"mixed": [float(g.numpy()[0]) for g in mixed],
               "mixed_dtypes": [g.dtype.name for g in mixed],
+              "mixed_buckets": [g.numpy().tolist() for g in in_buckets],
               "joined": joined, "last_to_join": dist.join()}
     checks.update(unequal_steps=refusal(lambda: unequal_steps(dist, rank)),
                   jit_compile=refusal(lambda: jit_compiled_fit(dist)))

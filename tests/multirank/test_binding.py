@@ -105,6 +105,8 @@ def test_library_pattern_at_two_ranks_ends_with_identical_ranks(two_ranks):
         # Float32 and float16 gradients in one step: each averaged, dtype kept (the ranks gave
         # different values, so a reduction that did nothing would fail here).
         assert pair["mixed"] == [1.5, 3.0] and pair["mixed_dtypes"] == ["float32", "float16"]
+        # The same with horovod.bucket_mb, each gradient its own bucket: each back in its place.
+        assert pair["mixed_buckets"] == [[1.5], [3.0], [4.5, 5.0], [6.0]]
         # Unequal batch counts (33 and 32 rows at batch 8) and XLA: one line on every rank.
         assert pair["unequal_steps"].startswith("the ranks would run different numbers of steps "
                                                 "per epoch in fit (rank 0: 5, rank 1: 4)")
