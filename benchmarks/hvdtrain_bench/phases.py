@@ -23,9 +23,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from hvdtrain.bench import common, registry, scaling, tax
+from hvdtrain_bench import registry
+from hvdtrain_bench.shared import (arguments, host, interleave, jobs, plans, plots, report, stats,
+                                   steps, trainer_job)
+from hvdtrain_bench.shared.workloads import WORKLOADS, Workload
 
-SPREAD_LIMIT = common.SPREAD_LIMIT
+SPREAD_LIMIT = stats.SPREAD_LIMIT
 RANKS = 2
 # Horovod's phase names for an all-reduce on a CPU, in the order a step goes through them.
 PHASES = {"NEGOTIATE_ALLREDUCE": "negotiation (wait for the slower rank)",
@@ -77,7 +80,7 @@ def step_phases(phases: Mapping[int, Mapping[str, list[Interval]]], skip: int
     steps = max(counts.values(), default=0)
     gradients = [pid for pid, n in counts.items() if n == steps]
     if steps - skip < 3:
-        raise common.BenchError(f"bench phases: the timeline holds {steps} all-reduces of the "
+        raise jobs.BenchError(f"bench phases: the timeline holds {steps} all-reduces of the "
                                 f"gradients, {skip} of them warmup: too few to time")
     per_phase: dict[str, list[float]] = {}
     for name in PHASES:
@@ -94,26 +97,24 @@ def step_phases(phases: Mapping[int, Mapping[str, list[Interval]]], skip: int
 # ---------------------------------------------------------------------------------------------
 # The driver
 
-def measure(workload: scaling.Workload, plan: scaling.Plan, work_dir: Path,
+def measure(workload: Workload, plan: plans.Plan, work_dir: Path,
             python: str) -> dict[str, Any]:
     """bench scaling's 2-rank job with a timeline, on the stack of ``python``: its
     samples/s, stack and the gradients' phases per step."""
-    options = scaling.job_options(workload, RANKS, plan, work_dir)
-    timeline = Path(options["out"]).with_suffix(".timeline.json")
+    job = plans.job_options(workload, RANKS, plan, work_dir)
+    timeline = Path(job["out"]).with_suffix(".timeline.json")
     what = f"bench phases: {workload.name} on {RANKS} ranks"
-    command = common.launch_command(plan.launcher, RANKS,
-                                    common.rank_argv("hvdtrain.bench.scaling", options, python))
     # Horovod: the coordinator writes the timeline that this variable names, read at init.
-    output = common.run_job(command, what=what, env={"HOROVOD_TIMELINE": str(timeline)})
-    raw = common.read_json_output(Path(options["out"]), what, output)
+    raw = trainer_job.run(job, RANKS, python, what=what,
+                          env={"HOROVOD_TIMELINE": str(timeline)})
     if not timeline.exists():
-        raise common.BenchError(f"{what} wrote no timeline to {timeline}")
+        raise jobs.BenchError(f"{what} wrote no timeline to {timeline}")
     steps_per_epoch = plan.steps_per_repeat + 1
     found = step_phases(tensor_phases(read_timeline(timeline.read_text())),
                         skip=plan.warmup_epochs * steps_per_epoch)
-    rates = scaling.repeat_rates(raw["ranks"])
+    rates = steps.repeat_rates(raw["ranks"])
     return {"stack": raw["stack"], "controller": raw["controller"],
-            "samples_per_sec": common.summarize(rates)["median"], **found}
+            "samples_per_sec": stats.summarize(rates)["median"], **found}
 
 
 def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
@@ -127,7 +128,7 @@ def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
         medians[which] = {"step_ms": statistics.median(j["step_ms"] for j in jobs),
                           "phases_ms": {n: statistics.median(j["phases_ms"][n] for j in jobs)
                                         for n in names}}
-        shares[which] = {n: common.ratio_summary([j["phases_ms"][n] / j["step_ms"]
+        shares[which] = {n: stats.ratio_summary([j["phases_ms"][n] / j["step_ms"]
                                                   for j in jobs], SPREAD_LIMIT) for n in names}
     return {"model": name, "rounds": list(rounds), "load_average_before_each_round": list(loads),
             "medians": medians, "share_of_step": shares}
@@ -137,19 +138,19 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
         python: str = sys.executable, other_python: str | None = None) -> dict[str, Any]:
     """``rounds`` interleaved rounds per model on the stack of ``python`` (and of
     ``other_python``), written to phases.json/.md/.png."""
-    machine = common.machine(python)   # before the work: its load is the machine's own
-    plan = dataclasses.replace(scaling.QUICK if quick else scaling.FULL, world_sizes=(RANKS,))
-    pythons = common.stack_pythons(python, other_python)
-    results = common.rounds_per_model(
+    machine = host.machine(python)   # before the work: its load is the machine's own
+    plan = dataclasses.replace(plans.QUICK if quick else plans.FULL, world_sizes=(RANKS,))
+    pythons = interleave.stack_pythons(python, other_python)
+    results = interleave.rounds_per_model(
         "phases", models, rounds, pythons,
-        lambda name, work_dir, python: measure(scaling.WORKLOADS[name], plan, work_dir, python),
+        lambda name, work_dir, python: measure(WORKLOADS[name], plan, work_dir, python),
         summarize_model)
     result = {"benchmark": "phases", "machine": machine, "ranks": RANKS,
               "stacks": {k: results[0]["rounds"][0][k]["stack"] for k in pythons}
               if results else {},
               "plan": {"rounds": rounds, **dataclasses.asdict(plan)}, "results": results}
-    common.write_outputs(out_dir, "phases", result, markdown(result))
-    common.plot_bars(out_dir / "phases.png",
+    report.write_outputs(out_dir, "phases", result, markdown(result))
+    plots.plot_bars(out_dir / "phases.png",
                      {f"{r['model']}, {which}": {PHASES[n]: ms for n, ms in
                                                  r["medians"][which]["phases_ms"].items()
                                                  if n != "ALLREDUCE"}
@@ -171,7 +172,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"bench scaling's {result['ranks']}-rank job (one core per rank) with a Horovod "
         f"timeline, {result['plan']['rounds']} interleaved rounds; "
         + "; ".join(f"{k} = {line}" for k, line in stacks.items()) + ". "
-        f"{common.machine_line(result['machine'])}. Per step, from rank 0's timeline: the "
+        f"{host.machine_line(result['machine'])}. Per step, from rank 0's timeline: the "
         f"step (from one step's all-reduce to the next), and the wall time each phase of the "
         f"gradients' all-reduce covers (medians over the timed steps, then over rounds); its "
         f"share of the step per round, median (spread). Where the gradients go in one fused "
@@ -189,7 +190,7 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{m['step_ms']:.2f}", ""])
             rows += [[r["model"], which, PHASES[n], f"{ms:.2f}", share_text(share[n])]
                      for n, ms in m["phases_ms"].items()]
-    lines.append(common.markdown_table(["model", "stack", "figure", "ms per step",
+    lines.append(report.markdown_table(["model", "stack", "figure", "ms per step",
                                         "share of the step"], rows))
     return "\n".join(lines)
 
@@ -200,11 +201,11 @@ def markdown(result: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench phases``; UserError when --venv or --other-venv has no Python or a
     model is unknown."""
-    run(Path(args.out), **tax.stack_choice(args))
+    run(Path(args.out), **arguments.stack_choice(args))
 
 
 BENCHMARK = registry.Benchmark(
     name="phases", help="where the gradients' all-reduce spends a 2-rank step (Horovod's "
                         "timeline: the wait, the copies, the collective), this stack against "
                         "--other-venv's",
-    main=main, add_arguments=tax.add_arguments)
+    main=main, add_arguments=arguments.add_stack_arguments)
