@@ -72,7 +72,8 @@ def run(out_dir: Path, *, link_gbitps: float = CLUSTER_LINK_GBITPS,
     scaling = _read(out_dir / "scaling.json", "scaling")
     allreduce = _read(out_dir / "allreduce.json", "allreduce")
     fitted = links(allreduce, link_gbitps, latency_us)
-    result = {"benchmark": "project", "machine": host.machine(), "ranks": list(RANKS),
+    # Measured nothing itself: its machine is the one its link was measured on.
+    result = {"benchmark": "project", "machine": allreduce["machine"], "ranks": list(RANKS),
               "links": {k: v.as_dict() for k, v in fitted.items()},
               "published_512": paper.PUBLISHED,
               "rows": project(measured_models(scaling), fitted),
