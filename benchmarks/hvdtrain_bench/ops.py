@@ -14,7 +14,6 @@ allocator). A ratio of two stacks is per round, then the median over rounds with
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import json
@@ -279,16 +278,10 @@ def markdown(result: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Command line: hvdtrain bench ops
 
-def main(args: argparse.Namespace) -> None:
-    """``hvdtrain bench ops``; UserError when --venv or --other-venv has no Python or a model
-    is unknown."""
-    run(Path(args.out), **arguments.stack_choice(args))
-
-
 BENCHMARK = registry.Benchmark(
     name="ops", help="where a training step's time goes, op by op (TensorFlow's profiler, "
                      "plain fit, one core), this stack against --other-venv's",
-    main=main, add_arguments=arguments.add_stack_arguments)
+    main=arguments.stack_main(run), add_arguments=arguments.add_stack_arguments)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ writing slows the job a little: these are a breakdown, the rates are bench scali
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import statistics
@@ -198,14 +197,8 @@ def markdown(result: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Command line: hvdtrain bench phases
 
-def main(args: argparse.Namespace) -> None:
-    """``hvdtrain bench phases``; UserError when --venv or --other-venv has no Python or a
-    model is unknown."""
-    run(Path(args.out), **arguments.stack_choice(args))
-
-
 BENCHMARK = registry.Benchmark(
     name="phases", help="where the gradients' all-reduce spends a 2-rank step (Horovod's "
                         "timeline: the wait, the copies, the collective), this stack against "
                         "--other-venv's",
-    main=main, add_arguments=arguments.add_stack_arguments)
+    main=arguments.stack_main(run), add_arguments=arguments.add_stack_arguments)

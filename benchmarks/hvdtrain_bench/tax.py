@@ -11,7 +11,6 @@ hvdtrain / plain with its spread. 1.0 is the ceiling of a wrapper that costs not
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import tempfile
@@ -206,14 +205,8 @@ def breakdown_rows(results: Sequence[dict[str, Any]]) -> list[list[Any]]:
 # ---------------------------------------------------------------------------------------------
 # Command line: hvdtrain bench tax
 
-def main(args: argparse.Namespace) -> None:
-    """``hvdtrain bench tax``; UserError when --venv or --other-venv has no Python or a model
-    is unknown."""
-    run(Path(args.out), **arguments.stack_choice(args))
-
-
 BENCHMARK = registry.Benchmark(
     name="tax", help="hvdtrain at one rank against plain Keras fit of the same work with no "
                      "Horovod (the wrapper's cost), interleaved rounds",
-    main=main, add_arguments=arguments.add_stack_arguments, in_all=True,
+    main=arguments.stack_main(run), add_arguments=arguments.add_stack_arguments, in_all=True,
     title="The wrapper's tax: hvdtrain at one rank against plain Keras fit")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hvdtrain.errors import UserError
 from hvdtrain_bench.shared.workloads import DEFAULT_MODELS, QUICK_MODELS, WORKLOADS, model_names
@@ -72,3 +72,11 @@ def stack_choice(args: argparse.Namespace) -> dict[str, Any]:
             "quick": args.quick,
             "python": venv_python(args.venv, "--venv") or sys.executable,
             "other_python": venv_python(args.other_venv, "--other-venv")}
+
+
+def stack_main(run: Callable[..., Any]) -> Callable[[argparse.Namespace], None]:
+    """The ``main`` of a benchmark that takes ``add_stack_arguments``: ``run(out, **what they
+    chose)``; UserError when --venv or --other-venv has no Python or a model is unknown."""
+    def main(args: argparse.Namespace) -> None:
+        run(Path(args.out), **stack_choice(args))
+    return main
