@@ -25,7 +25,7 @@ from hvdtrain_bench.shared.cost_model import Link
 
 RANKS = (8, 64, 512)
 CLUSTER_LINK_GBITPS = paper.CLUSTER_LINK_GBITPS
-CLUSTER_LATENCY_US = 10.0
+CLUSTER_LATENCY_US = paper.CLUSTER_LATENCY_US
 THIS_MACHINE = "this machine (measured Horovod/MPI)"
 
 

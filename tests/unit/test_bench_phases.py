@@ -1,12 +1,13 @@
-"""bench phases' reading of a Horovod timeline: a step's phases, fused gradients once."""
+"""Reading a Horovod timeline (shared/timeline.py: bench phases' and bench cluster's): a step's
+phases, fused gradients once."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from hvdtrain_bench import phases
-from hvdtrain_bench.shared import jobs
+from hvdtrain_bench.shared import jobs, timeline
+
 
 def timeline_of(steps: list[list[tuple[str, float, float]]], tensors: int) -> str:
     """A Horovod timeline as its coordinator writes it (the array left open): per step, the
@@ -30,22 +31,22 @@ def test_the_phases_of_a_step_count_fused_gradients_once():
     text = timeline_of(steps, tensors=2)
     text += json.dumps({"ph": "B", "name": "ALLREDUCE", "ts": 50, "pid": 9}) + ","
     text += json.dumps({"ph": "E", "ts": 90, "pid": 9}) + ","
-    found = phases.step_phases(phases.tensor_phases(phases.read_timeline(text)), skip=1)
+    found = timeline.step_phases(timeline.tensor_phases(timeline.read_timeline(text)), skip=1)
     assert found["gradients"] == 2 and found["steps"] == 3
     assert found["step_ms"] == pytest.approx(0.1)
     assert found["phases_ms"] == pytest.approx({
         "NEGOTIATE_ALLREDUCE": 0.005, "ALLREDUCE": 0.02, "MEMCPY_IN_FUSION_BUFFER": 0.004,
         "MPI_ALLREDUCE": 0.01, "MEMCPY_OUT_FUSION_BUFFER": 0.003})
     # Control: the phase times summed over the gradients count the fused all-reduce twice.
-    assert phases.covered([(5, 25), (5, 25)]) == 20 != (25 - 5) * 2
-    assert phases.covered([(0, 10), (5, 15), (20, 30)]) == 25   # overlapping, then apart
+    assert timeline.covered([(5, 25), (5, 25)]) == 20 != (25 - 5) * 2
+    assert timeline.covered([(0, 10), (5, 15), (20, 30)]) == 25   # overlapping, then apart
     # Gradients all-reduced one by one, overlapping (Horovod's own optimizer): the phase
     # covers their union, not their sum.
     apart = [{"ph": p, "name": "ALLREDUCE", "ts": t + shift + (20 if p == "E" else 0),
               "pid": pid} for t in (0, 100, 200, 300) for pid, shift in ((0, 0), (1, 10))
              for p in ("B", "E")]
-    found = phases.step_phases(phases.tensor_phases(apart), skip=0)
+    found = timeline.step_phases(timeline.tensor_phases(apart), skip=0)
     assert found["phases_ms"]["ALLREDUCE"] == pytest.approx(0.03)
     # Too few steps past the warmup to time: said so, not a median of nothing.
     with pytest.raises(jobs.BenchError, match="too few"):
-        phases.step_phases(phases.tensor_phases(phases.read_timeline(text)), skip=2)
+        timeline.step_phases(timeline.tensor_phases(timeline.read_timeline(text)), skip=2)

@@ -11,6 +11,8 @@ from hvdtrain_bench.shared.targets import MIB
 
 PUBLISHED = {"ResNet-101": 0.90, "Inception V3": 0.90, "VGG-16": 0.68}  # at 512 GPUs
 CLUSTER_LINK_GBITPS = 25.0
+# A cluster's hop latency where none is given (bench project, bench cluster): a RoCE network's.
+CLUSTER_LATENCY_US = 10.0
 
 # Horovod's paper (Sergeev and Del Balso, "Horovod: fast and easy distributed deep learning in
 # TensorFlow", arXiv:1802.05799, 2018): up to 128 servers of 4 Pascal (P100) GPUs each on a

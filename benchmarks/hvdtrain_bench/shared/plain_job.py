@@ -50,21 +50,31 @@ def plain_job(options: dict[str, Any]) -> PlainJob:
     core = sorted(os.sched_getaffinity(0))[0]
     os.sched_setaffinity(0, {core})   # the core mpirun --bind-to core gives rank 0
     import tensorflow as tf
-    from hvdtrain import models, placement, presets
-    from hvdtrain.data import sources
+    from hvdtrain import placement, presets
 
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])
     share = placement.threads_per_rank(*placement.cores_available(), 1)
     intra, inter = cfg.run.intra_op_threads or share, cfg.run.inter_op_threads or min(2, share)
     tf.config.threading.set_intra_op_parallelism_threads(intra)
     tf.config.threading.set_inter_op_parallelism_threads(inter)
+    model, x, y = compiled_work(cfg)
+    return PlainJob(model, x, y, cfg.train.batch_size, cfg.train.epochs, core, intra, inter)
+
+
+def compiled_work(cfg: Any) -> tuple[Any, Any, Any]:
+    """``cfg``'s model, compiled with its plain optimizer (no Horovod), and its synthetic
+    training arrays (x, y), seeded as hvdtrain seeds a run: what ``fit`` trains on one device
+    (bench cluster's ranks alone too). TensorFlow's threads must be set before."""
+    import tensorflow as tf
+    from hvdtrain import models
+    from hvdtrain.data import sources
+
     tf.keras.utils.set_random_seed(cfg.train.seed)
     dataset = sources.load(cfg.data, cfg.train.seed)
     assert isinstance(dataset.train, sources.Arrays)  # the benchmark's presets are synthetic
     model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
     models.compile_classifier(model, models.base_optimizer(cfg.optim))
-    return PlainJob(model, dataset.train.x, dataset.train.y, cfg.train.batch_size,
-                    cfg.train.epochs, core, intra, inter)
+    return model, dataset.train.x, dataset.train.y
 
 
 def plain_main(options: dict[str, Any]) -> None:

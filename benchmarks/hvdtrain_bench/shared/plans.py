@@ -41,19 +41,26 @@ def job_options(workload: Workload, ranks: int, plan: Plan, work_dir: Path) -> d
     """What every process of one measured job of ``ranks`` ranks reads: the preset and its
     settings (each rank ``plan.steps_per_repeat`` + 1 full batches an epoch), the warmup, and
     the file rank 0 writes the figures to."""
-    steps = plan.steps_per_repeat + 1
-    num_samples, eval_fraction = synthetic_sizes(ranks, workload.batch_size, steps)
     run_dir = work_dir / f"{workload.name}-{ranks}-{time.monotonic_ns()}"
-    assignments = [f"train.batch_size={workload.batch_size}", f"train.epochs={plan.epochs}",
-                   "train.eval_every=0", f"data.num_samples={num_samples}",
-                   f"data.eval_fraction={eval_fraction!r}",
-                   "data.image_shape=" + ",".join(map(str, workload.image_shape)),
-                   f"data.num_classes={workload.num_classes}",
-                   "run.export=false", "run.tensorboard=false", "run.progress_every_s=0",
-                   f"run.run_dir={run_dir}"]
-    return {"preset": workload.preset, "assignments": assignments,
+    return {"preset": workload.preset, "assignments": job_assignments(workload, ranks, plan,
+                                                                      run_dir),
             "out": str(run_dir.with_suffix(".json")), "warmup_epochs": plan.warmup_epochs,
             "launcher": plan.launcher}
+
+
+def job_assignments(workload: Workload, ranks: int, plan: Plan, run_dir: Path) -> list[str]:
+    """The config settings of one measured job of ``ranks`` ranks on top of the workload's
+    preset: its batch and input, each rank ``plan.steps_per_repeat`` + 1 full batches an
+    epoch, no eval, export, TensorBoard or progress line, and ``run_dir``."""
+    num_samples, eval_fraction = synthetic_sizes(ranks, workload.batch_size,
+                                                 plan.steps_per_repeat + 1)
+    return [f"train.batch_size={workload.batch_size}", f"train.epochs={plan.epochs}",
+            "train.eval_every=0", f"data.num_samples={num_samples}",
+            f"data.eval_fraction={eval_fraction!r}",
+            "data.image_shape=" + ",".join(map(str, workload.image_shape)),
+            f"data.num_classes={workload.num_classes}",
+            "run.export=false", "run.tensorboard=false", "run.progress_every_s=0",
+            f"run.run_dir={run_dir}"]
 
 
 def world_sizes(text: str) -> tuple[int, ...]:
