@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hvdtrain import placement
 from hvdtrain.errors import UserError
 from hvdtrain_bench import registry
 from hvdtrain_bench.shared import host, jobs, report
@@ -27,8 +28,9 @@ def run(args: argparse.Namespace) -> int:
     except jobs.BenchError as e:
         print(f"hvdtrain bench: {e}", file=sys.stderr, flush=True)
         return 1
-    report.say(f"bench {args.benchmark}: done in {time.monotonic() - started:.0f}s, "
-               f"results in {Path(args.out)}")
+    if placement.launcher_rank() == 0:   # bench cluster runs on every rank of a job
+        report.say(f"bench {args.benchmark}: done in {time.monotonic() - started:.0f}s, "
+                   f"results in {Path(args.out)}")
     return 0
 
 

@@ -36,10 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Measures how hvdtrain scales on this machine. Each benchmark launches its own jobs "
         "(mpirun, horovodrun, tf.distribute processes): run it in one plain process, not under "
-        "a launcher.")
+        "a launcher; but for 'bench cluster', which runs inside the ranks your launcher starts "
+        "across your hosts.")
     registry.add_parsers(parser, Parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    # Launches its own jobs: no Horovod in this process.
+    # Launches its own jobs, no Horovod in this process; but for bench cluster, a rank of the
+    # user's job.
     return int(_bench_module("suite").run(args))
