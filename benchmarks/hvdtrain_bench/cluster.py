@@ -98,6 +98,10 @@ def assemble(args: argparse.Namespace, plan: plans.Plan, everyone: list[dict[str
         "controller": world.controller, "stack": world.stack,
         "plan": dataclasses.asdict(plan), "gradient_bytes": nbytes, "compute_s": compute_s,
         "throughput": rates, "raw": everyone, "phases": None}
+    if world.size == 1:
+        result["projection_missing"] = ("one rank reduces nothing: launch 2 or more for the "
+                                        "all-reduce's phases and the projection")
+        return result
     try:
         steps_per_epoch = plan.steps_per_repeat + 1
         result["phases"] = timeline.step_phases(
@@ -106,8 +110,7 @@ def assemble(args: argparse.Namespace, plan: plans.Plan, everyone: list[dict[str
         link = cluster_figures.fitted_link(result["phases"]["phases_ms"], world.size, nbytes,
                                            args.latency_us * 1e-6)
     except (OSError, ValueError, jobs.BenchError) as e:
-        result["projection_missing"] = (f"one rank reduces nothing ({e})" if world.size == 1
-                                        else str(e))
+        result["projection_missing"] = str(e)
         return result
     result["link"] = link.as_dict()
     result["projection"] = cluster_figures.projection(

@@ -112,7 +112,8 @@ def markdown(result: Mapping[str, Any]) -> str:
     t = result["throughput"]
     eff = f"{t['efficiency']:.3f}" + (f" (flagged: {t['efficiency_flag']})"
                                       if t["efficiency_flag"] else "")
-    lines = [f"bench cluster: {result['model']} on {result['world_size']} ranks "
+    size = result["world_size"]
+    lines = [f"bench cluster: {result['model']} on {size} rank{'s' if size > 1 else ''} "
              f"({result['controller']}; {result['stack']}), input {result['input_shape']}, "
              f"batch {result['batch_size_per_rank']} per rank, "
              f"{result['gradient_bytes']:,} bytes of gradients; medians over "
