@@ -26,10 +26,11 @@ install:
 demo: install
 	run_scripts/local.sh $(NP) --preset digits
 
-# ruff over hvdtrain/ and tests/, mypy over hvdtrain/ (configured in pyproject.toml), seconds:
+# ruff over hvdtrain/, benchmarks/ and tests/, mypy over hvdtrain/ and the benchmarks (configured
+# in pyproject.toml), seconds:
 # mypy checks that distributed/keras2.py and distributed/keras3.py both provide distributed/binding.py's KerasBinding.
 define run_lint
-	$(VENV)/bin/ruff check hvdtrain tests
+	$(VENV)/bin/ruff check hvdtrain benchmarks tests
 	$(VENV)/bin/mypy
 endef
 

@@ -103,7 +103,8 @@ class Entry:
     # --launcher, doctor's smoke tests, the tests' launcher parameter).
     multi_rank: bool
     # Binds each rank to its own core under bind_to_core; where False, a benchmark rank pins
-    # itself (bench.common.pin_to_own_core) so that every launcher gives the same budget.
+    # itself (hvdtrain_bench.shared.launch.pin_to_own_core) so that every launcher gives the
+    # same budget.
     binds_cores: bool
     # Horovod: the controller its ranks join (world.controller), which doctor's smoke test
     # checks they report; None where there is no job to join (one process).

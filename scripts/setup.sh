@@ -136,8 +136,9 @@ fi
 # run from the checkout.
 "$PY" -m hvdtrain.cli setup horovod || die "the Horovod build failed (its output is above)"
 
-# 5. hvdtrain itself, editable, so the checkout is what runs.
-if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain' 2>/dev/null; then
+# 5. hvdtrain itself, editable, so the checkout is what runs (again where an older editable
+# install does not know a package the checkout has since gained, such as hvdtrain_bench).
+if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain, hvdtrain_bench' 2>/dev/null; then
     say "installing hvdtrain (editable)"
     "${PIP[@]}" install --no-deps --no-build-isolation -e .
 fi

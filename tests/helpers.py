@@ -2,11 +2,10 @@
 see pyproject.toml): launching real jobs (horovodrun --gloo, mpirun, or one
 process) so that none can hang the suite, and the checks and data several test files use.
 
-Every job runs in a session of its own with a tag in its environment, which every process it
-starts inherits (ranks included, even those a launcher puts in a session of their own, as
-horovodrun does): at its time limit, or when the test ends in any other way (an assertion,
-pytest-timeout), the job and every process tagged with it are killed, and the output so far
-goes with the failure.
+Every job goes through hvdtrain.testing.jobs (``Job``, ``run_job``), the one runner the tests and
+``hvdtrain bench`` share: a session of its own and a tag in its environment, so that at its time
+limit, or when the test ends in any other way (an assertion, pytest-timeout), the job and every
+process tagged with it are killed, and the output so far goes with the failure.
 """
 from __future__ import annotations
 
@@ -14,14 +13,9 @@ import hashlib
 import itertools
 import json
 import os
-import queue
 import re
-import signal
 import subprocess
 import sys
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -29,13 +23,13 @@ import numpy as np
 import pytest
 
 from hvdtrain import launchers
+from hvdtrain.testing.jobs import (JOB_TAG, Job, JobTimedOut, Launched,  # noqa: F401
+                                   run_job, tagged_processes)
 
 BIN = launchers.BIN
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent   # the checkout
 LAUNCHERS = list(launchers.MULTI_RANK)  # the tests' launcher parameter: [mpi], [gloo]
-JOB_TAG = "HVDTRAIN_TEST_JOB"    # in the environment of every process a test job starts
-_JOB_NUMBERS = itertools.count(1)
 
 
 def keras_major() -> int:
@@ -52,158 +46,6 @@ def launch_command(launcher: str, np_: int, argv: list[str], *, tag_output: bool
     """launchers.launch_command; ``tag_output`` makes mpirun prefix every line with its rank
     (``[1,R]<stdout>:``) as horovodrun always does (``[R]<stdout>:``)."""
     return launchers.launch_command(launcher, np_, argv, tag_output=tag_output)
-
-
-# ---------------------------------------------------------------------------------------------
-# Jobs that cannot outlive their test
-
-class JobTimedOut(AssertionError):
-    """A job ran past its time limit; it was killed, with everything it started."""
-
-
-def tagged_processes(tag: str) -> list[int]:
-    """The live processes whose environment carries JOB_TAG=``tag`` (zombies have none)."""
-    needle = f"{JOB_TAG}={tag}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            found.append(int(entry))
-    return found
-
-
-class Job:
-    """A command started in a session of its own, its output read line by line by a thread,
-    so that no read blocks a test past its deadline. Use it as a context manager: leaving the
-    block, however, ends every process the job started."""
-
-    def __init__(self, command: Sequence[str], *, env: dict[str, str] | None = None,
-                 cwd: Path | None = None):
-        self.command = list(command)
-        self.tag = f"{os.getpid()}.{next(_JOB_NUMBERS)}"
-        self.started = time.monotonic()
-        self.lines: list[str] = []
-        self._fresh: queue.Queue[str | None] = queue.Queue()
-        self._at_end = False
-        self.proc = subprocess.Popen(
-            self.command, cwd=cwd, env={**launcher_env(), **(env or {}), JOB_TAG: self.tag},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            stdin=subprocess.DEVNULL, start_new_session=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            self._fresh.put(line)
-        self._fresh.put(None)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def tail(self, chars: int = 4000) -> str:
-        return self.output[-chars:]
-
-    def seconds(self) -> float:
-        return time.monotonic() - self.started
-
-    def next_line(self, deadline: float) -> str | None:
-        """The next line of output, or None once the output has ended; at ``deadline``
-        (time.monotonic()) the job is ended and JobTimedOut raised."""
-        if self._at_end:
-            return None
-        try:
-            line = self._fresh.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            self._time_out("printed nothing new")
-        self._at_end = line is None
-        return line
-
-    def wait(self, deadline: float) -> int:
-        """The job's exit status, once it and its output have ended; JobTimedOut at
-        ``deadline``."""
-        try:
-            status = self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self._time_out("still running")
-        # A rank left behind may still hold the output open: its end ends the read.
-        self._reader.join(timeout=max(1.0, min(5.0, deadline - time.monotonic())))
-        return status
-
-    def processes(self) -> list[int]:
-        """The processes of this job still alive, wherever they were re-parented."""
-        return tagged_processes(self.tag)
-
-    def end(self) -> None:
-        """SIGKILL to the job's session and to every process tagged with it."""
-        for _ in range(50):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            alive = self.processes()
-            if not alive:
-                break
-            for pid in alive:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
-        self.proc.wait()
-        self._reader.join(timeout=5)
-        if not self._reader.is_alive():
-            self.proc.stdout.close()
-
-    def _time_out(self, what: str) -> None:
-        self.end()
-        raise JobTimedOut(f"{' '.join(self.command)}\n{what} after {self.seconds():.0f} s: "
-                          f"killed with every process it started; its output so far:\n"
-                          f"{self.tail()}") from None
-
-    def __enter__(self) -> "Job":
-        return self
-
-    def __exit__(self, kind, error, traceback) -> None:
-        running = self.proc.poll() is None or self.processes()
-        self.end()
-        if kind is not None and not issubclass(kind, JobTimedOut) and running:
-            # e.g. pytest-timeout's failure: pytest shows what the test printed
-            print(f"job ended by the test's exit ({kind.__name__}) after {self.seconds():.0f} "
-                  f"s: {' '.join(self.command)}\nits output so far:\n{self.tail()}")
-
-
-@dataclass
-class Launched:
-    returncode: int
-    output: str
-    seconds: float
-    finished_at: float = 0.0        # time.time() when the launcher exited
-    leftovers: list[int] = field(default_factory=list)  # processes alive after the launcher
-
-
-LEFTOVER_GRACE_S = 2.0
-
-
-def run_job(command: Sequence[str], *, timeout: float = 240, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> Launched:
-    """Runs ``command`` to its end, at most ``timeout`` seconds (then JobTimedOut, with the
-    output so far); returns its status, combined output, seconds and the processes it left
-    running (which are killed)."""
-    with Job(command, env=env, cwd=cwd) as job:
-        status = job.wait(job.started + timeout)
-        seconds, finished_at = job.seconds(), time.time()
-        grace = time.monotonic() + LEFTOVER_GRACE_S
-        while job.processes() and time.monotonic() < grace:
-            time.sleep(0.1)
-        leftovers = job.processes()
-    return Launched(status, job.output, seconds, finished_at, leftovers)
 
 
 def launch(launcher: str, np_: int, argv: list[str], *, cwd: Path | None = None,

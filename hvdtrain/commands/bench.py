@@ -1,24 +1,47 @@
-"""``hvdtrain bench NAME``: the benchmarks of hvdtrain.bench.registry, one subcommand each."""
+"""``hvdtrain bench NAME``: the benchmarks of hvdtrain_bench.registry, one subcommand each.
+
+The benchmarks are a package of their own (``hvdtrain_bench``, benchmarks/hvdtrain_bench in a
+checkout, shipped in the same wheel); this module is the one place the runtime package reaches
+them, and it imports them only when ``hvdtrain bench`` is the command run.
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
+from types import ModuleType
 
 from hvdtrain.commands.parsing import Parser
+from hvdtrain.errors import UserError
 
 NAME = "bench"
 HELP = ("scaling benchmarks: figures as JSON, Markdown tables and PNG plots ('hvdtrain bench "
         "--help')")
 
 
+def _bench_module(name: str) -> ModuleType:
+    """hvdtrain_bench.NAME; UserError when the benchmarks are not installed beside hvdtrain
+    (an editable install made before they moved out of hvdtrain/: install it again)."""
+    try:
+        return importlib.import_module(f"hvdtrain_bench.{name}")
+    except ModuleNotFoundError as e:
+        if e.name not in ("hvdtrain_bench", f"hvdtrain_bench.{name}"):
+            raise
+        raise UserError("the benchmarks (package hvdtrain_bench) are not installed in this "
+                        "environment: install hvdtrain again (in a checkout: pip install -e "
+                        ".)") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from hvdtrain.bench import registry  # the benchmarks load for this command alone
+    registry = _bench_module("registry")   # the benchmarks load for this command alone
     parser.description = (
         "Measures how hvdtrain scales on this machine. Each benchmark launches its own jobs "
         "(mpirun, horovodrun, tf.distribute processes): run it in one plain process, not under "
-        "a launcher.")
+        "a launcher; but for 'bench cluster', which runs inside the ranks your launcher starts "
+        "across your hosts.")
     registry.add_parsers(parser, Parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from hvdtrain.bench import suite  # launches its own jobs: no Horovod in this process
-    return suite.run(args)
+    # Launches its own jobs, no Horovod in this process; but for bench cluster, a rank of the
+    # user's job.
+    return int(_bench_module("suite").run(args))

@@ -2,4 +2,6 @@
 uses them too:
 
     digit_files     scikit-learn's digits written as image folders, and its two photos
+    jobs            the one job runner of the tests and the benchmarks: a job in a session of
+                    its own, ended whole (with what left its session) at its time limit
 """

@@ -1,11 +1,13 @@
-"""helpers.py's jobs cannot hang the suite: a job past its time limit, or silent while a test
-waits for its next line, is ended with every process it started, one that left the job's
-session too (as horovodrun's ranks do), and the failure carries the job's output so far."""
+"""helpers.py's jobs (hvdtrain.testing.jobs, which hvdtrain bench runs its jobs with too) cannot
+hang the suite: a job past its time limit, or silent while a test waits for its next line, is
+ended with every process it started, one that left the job's session too (as horovodrun's ranks
+do), or a job it started in turn, and the failure carries the job's output so far."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -81,3 +83,25 @@ def test_a_silent_job_fails_the_wait_for_its_next_line_at_the_deadline(marker):
             job.next_line(deadline)
         assert time.monotonic() - deadline < 10
         assert processes_named(marker) == []
+
+
+def job_inside_a_job(marker: str, inner_env: str) -> list[str]:
+    """A Python job that starts a job of its own (as ``hvdtrain bench`` starts its ranks under a
+    test), with ``inner_env`` (Python source) as that job's environment, says so, then waits."""
+    inner = ["bash", "-c", f"echo started; exec -a {marker} sleep 300"]
+    code = ("import sys, time\nfrom hvdtrain.testing import jobs\n"
+            f"job = jobs.Job({inner!r}, env={inner_env})\n"
+            "print(job.next_line(time.monotonic() + 60), end='', flush=True)\ntime.sleep(300)\n")
+    return [sys.executable, "-c", code]
+
+
+def test_a_job_started_inside_a_job_is_ended_with_it(marker):
+    with Job(job_inside_a_job(marker, "None")) as job:
+        assert job.next_line(time.monotonic() + 60) == "started\n"
+        assert processes_named(marker)
+    assert processes_named(marker) == []   # its own session, but the outer job's tag too
+    # Control: an inner job that does not carry the outer job's tag outlives it.
+    with Job(job_inside_a_job(marker, "{jobs.JOB_TAG: ''}")) as job:
+        assert job.next_line(time.monotonic() + 60) == "started\n"
+    time.sleep(0.5)
+    assert processes_named(marker) != []

@@ -35,6 +35,9 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
                     "patches/horovod-0.28.1-fast-build-check.patch",
                     "patches/horovod-0.28.1-quiet-build-check.patch", "docs/cluster.md"):
         assert f"hvdtrain/shipped/{shipped}" in names, sorted(names)
+    # The benchmarks: a top-level package of their own beside hvdtrain, without their results.
+    assert {"hvdtrain_bench/registry.py", "hvdtrain_bench/shared/cost_model.py"} <= names
+    assert not [n for n in names if n.startswith(("hvdtrain/bench/", "benchmarks/", "results/"))]
     required = [line.split(":", 1)[1].strip() for line in metadata.splitlines()
                 if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert required == ["scikit-learn", "tensorboard"], required  # no TensorFlow, numpy, Horovod
@@ -49,6 +52,10 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
     usage = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "launch", "local", "--help"],
                            env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert usage.returncode == 0 and "usage: hvdtrain launch local N" in usage.stdout, usage
+    # `hvdtrain bench` finds the wheel's benchmarks (the checkout's are not on this path).
+    bench = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "bench", "project", "--help"],
+                           env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert bench.returncode == 0 and "--link-gbitps" in bench.stdout, bench
     # Control: from the checkout (an editable install), the checkout's own scripts.
     here = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "launch", "local", "--path"],
                           env=launcher_env(), capture_output=True, text=True, timeout=60,

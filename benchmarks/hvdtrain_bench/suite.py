@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hvdtrain.bench import common, registry
+from hvdtrain import placement
 from hvdtrain.errors import UserError
+from hvdtrain_bench import registry
+from hvdtrain_bench.shared import host, jobs, report
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -23,11 +25,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         registry.find(args.benchmark).main(args)
-    except common.BenchError as e:
+    except jobs.BenchError as e:
         print(f"hvdtrain bench: {e}", file=sys.stderr, flush=True)
         return 1
-    common.say(f"bench {args.benchmark}: done in {time.monotonic() - started:.0f}s, "
-               f"results in {Path(args.out)}")
+    if placement.launcher_rank() == 0:   # bench cluster runs on every rank of a job
+        report.say(f"bench {args.benchmark}: done in {time.monotonic() - started:.0f}s, "
+                   f"results in {Path(args.out)}")
     return 0
 
 
@@ -66,9 +69,9 @@ def run_all(args: argparse.Namespace) -> None:
         begun = time.monotonic()
         bench.main(argparse.Namespace(**options))
         timings.append({"benchmark": bench.name, "seconds": time.monotonic() - begun})
-        common.say(f"bench all: {bench.name} took {timings[-1]['seconds'] / 60:.1f} min")
+        report.say(f"bench all: {bench.name} took {timings[-1]['seconds'] / 60:.1f} min")
     total = time.monotonic() - started
-    common.write_outputs(Path(args.out), "all", {
+    report.write_outputs(Path(args.out), "all", {
         "benchmark": "all", "command": args.command_line or "hvdtrain bench all",
         "quick": bool(getattr(args, "quick", False)), "seconds": total, "timings": timings,
         "budget_seconds": BUDGET_S},
@@ -119,10 +122,10 @@ def results_block(out: Path, readme: Path, command: str) -> str:
 
 
 def measured_on(path: Path) -> str:
-    """The machine line of a result file (``common.machine_line``), or why there is none."""
+    """The machine line of a result file (``host.machine_line``), or why there is none."""
     import json
     try:
-        return common.machine_line(json.loads(path.read_text())["machine"])
+        return host.machine_line(json.loads(path.read_text())["machine"])
     except (OSError, ValueError, KeyError):
         return f"no machine recorded ({path.name} missing or without one)"
 
@@ -139,4 +142,4 @@ def replace_block(readme: Path, block: str) -> None:
 def update_readme(readme: Path, out: Path, command: str) -> None:
     """Rewrites the results block of ``readme`` from the results in ``out``."""
     replace_block(readme, results_block(out, readme, command))
-    common.say(f"bench all: rewrote the results block of {readme}")
+    report.say(f"bench all: rewrote the results block of {readme}")

@@ -14,7 +14,6 @@ allocator). A ratio of two stacks is per round, then the median over rounds with
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import json
@@ -25,11 +24,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from hvdtrain.bench import common, registry, scaling, tax
+from hvdtrain_bench import registry
+from hvdtrain_bench.shared import (arguments, host, interleave, jobs, launch, plain_job, plans,
+                                   plots, report, stats, steps)
+from hvdtrain_bench.shared.workloads import WORKLOADS, Workload
 
-SPREAD_LIMIT = common.SPREAD_LIMIT
+SPREAD_LIMIT = stats.SPREAD_LIMIT
 ONEDNN_PREFIX = "_Mkl"   # TensorFlow's op types of its oneDNN kernels on a CPU
 TOP_OPS = 12             # op types per model in the second table
+MODULE = "hvdtrain_bench.ops"
 # A profiler event of one op: "scope/name:OpType", then TensorFlow's "#key=value,...#" stats.
 _OP_EVENT = re.compile(r"^[^:#]+:([A-Za-z_][A-Za-z0-9_]*)(#.*)?$")
 
@@ -83,7 +86,7 @@ def profile_lines(log_dir: Path) -> list[list[tuple[float, float, str]]]:
     try:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
     except ImportError as e:   # where a TensorFlow release moved it
-        raise common.BenchError(f"TensorFlow's profiler format is not where bench ops reads "
+        raise jobs.BenchError(f"TensorFlow's profiler format is not where bench ops reads "
                                 f"it: {e}") from e
     (path,) = glob.glob(str(log_dir / "**" / "*.xplane.pb"), recursive=True)
     space = xplane_pb2.XSpace()
@@ -116,8 +119,8 @@ def rank_main(options: dict[str, Any]) -> None:
     milliseconds per profiled step written to ``options['out']``."""
     import tensorflow as tf
 
-    job = tax.plain_job(options)
-    timer = scaling.step_timer()
+    job = plain_job.plain_job(options)
+    timer = steps.step_timer()
     log_dir = Path(options["out"]).with_suffix(".profile")
     profiled_epoch = job.epochs   # the one after the job's own
 
@@ -145,9 +148,9 @@ def rank_main(options: dict[str, Any]) -> None:
     profile = Profile()
     job.fit([timer, profile], epochs=job.epochs + 1)
     if not profile.steps:
-        raise common.BenchError("bench ops: the profiled epoch had one step or none")
+        raise jobs.BenchError("bench ops: the profiled epoch had one step or none")
     ops = op_seconds(profile_lines(log_dir))
-    unprofiled = scaling.step_breakdown(timer.starts[:-1], timer.epochs[:-1],
+    unprofiled = steps.step_breakdown(timer.starts[:-1], timer.epochs[:-1],
                                         options["warmup_epochs"])
     figures = {"params": int(job.model.count_params()), "cores": [job.core],
                "intra_op_threads": job.intra_op_threads,
@@ -162,13 +165,13 @@ def rank_main(options: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 # The driver
 
-def measure(workload: scaling.Workload, plan: scaling.Plan, work_dir: Path,
+def measure(workload: Workload, plan: plans.Plan, work_dir: Path,
             python: str) -> dict[str, Any]:
     """One profiled job on the stack of ``python``: its figures (see ``rank_main``)."""
-    options = scaling.job_options(workload, 1, plan, work_dir)
+    job = plans.job_options(workload, 1, plan, work_dir)
     what = f"bench ops: {workload.name}"
-    output = common.run_job(common.rank_argv("hvdtrain.bench.ops", options, python), what=what)
-    return common.read_json_output(Path(options["out"]), what, output)
+    printed = jobs.run_job(launch.rank_argv(MODULE, job, python), what=what)
+    return jobs.read_json_output(Path(job["out"]), what, printed)
 
 
 def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
@@ -182,10 +185,10 @@ def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
     for which in stacks:
         kinds = {kind for r in rounds for kind in r[which]["ops_ms"]}
         medians[which] = {
-            "step_ms": common.summarize([r[which]["step_ms"] for r in rounds])["median"],
-            "groups": {g: common.summarize([x[g] for x in grouped[which]])["median"]
+            "step_ms": stats.summarize([r[which]["step_ms"] for r in rounds])["median"],
+            "groups": {g: stats.summarize([x[g] for x in grouped[which]])["median"]
                        for g in grouped[which][0]},
-            "ops_ms": {kind: common.summarize([r[which]["ops_ms"].get(kind, 0.0)
+            "ops_ms": {kind: stats.summarize([r[which]["ops_ms"].get(kind, 0.0)
                                                for r in rounds])["median"] for kind in kinds}}
     result = {"model": name, "rounds": list(rounds), "load_average_before_each_round": list(loads),
               "medians": medians}
@@ -193,9 +196,9 @@ def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
         this, other = stacks
         per_round = list(zip(grouped[this], grouped[other]))
         result["this_over_other"] = {
-            "step": common.ratio_summary([r[this]["step_ms"] / r[other]["step_ms"]
+            "step": stats.ratio_summary([r[this]["step_ms"] / r[other]["step_ms"]
                                           for r in rounds], SPREAD_LIMIT),
-            **{g: common.ratio_summary([a[g] / b[g] for a, b in per_round], SPREAD_LIMIT)
+            **{g: stats.ratio_summary([a[g] / b[g] for a, b in per_round], SPREAD_LIMIT)
                for g in per_round[0][0] if all(a[g] > 0 and b[g] > 0 for a, b in per_round)}}
     return result
 
@@ -204,20 +207,20 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
         python: str = sys.executable, other_python: str | None = None) -> dict[str, Any]:
     """``rounds`` interleaved rounds per model on the stack of ``python`` (and of
     ``other_python``), written to ops.json/.md/.png."""
-    machine = common.machine(python)   # before the work: its load is the machine's own
-    plan = dataclasses.replace(scaling.QUICK if quick else scaling.FULL,
-                               world_sizes=tax.PLAN_WORLD_SIZES)
-    pythons = common.stack_pythons(python, other_python)
-    versions = {k: common.stack_versions(v) for k, v in pythons.items()}
-    results = common.rounds_per_model(
+    machine = host.machine(python)   # before the work: its load is the machine's own
+    plan = dataclasses.replace(plans.QUICK if quick else plans.FULL,
+                               world_sizes=(1,))
+    pythons = interleave.stack_pythons(python, other_python)
+    versions = {k: host.stack_versions(v) for k, v in pythons.items()}
+    results = interleave.rounds_per_model(
         "ops", models, rounds, pythons,
-        lambda name, work_dir, python: measure(scaling.WORKLOADS[name], plan, work_dir, python),
+        lambda name, work_dir, python: measure(WORKLOADS[name], plan, work_dir, python),
         summarize_model)
     result = {"benchmark": "ops", "machine": machine,
-              "stacks": {k: common.stack_line(v) for k, v in versions.items()},
+              "stacks": {k: host.stack_line(v) for k, v in versions.items()},
               "plan": {"rounds": rounds, **dataclasses.asdict(plan)}, "results": results}
-    common.write_outputs(out_dir, "ops", result, markdown(result))
-    common.plot_bars(out_dir / "ops.png",
+    report.write_outputs(out_dir, "ops", result, markdown(result))
+    plots.plot_bars(out_dir / "ops.png",
                      {f"{r['model']}, {which}": {g: ms for g, ms in
                                                  r["medians"][which]["groups"].items()
                                                  if g not in ("profiled step", "all ops")}
@@ -235,7 +238,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Plain Keras fit (no Horovod, one core, one intra-op thread), one epoch under "
         f"TensorFlow's profiler after the timed ones, {result['plan']['rounds']} interleaved "
         f"rounds; " + "; ".join(f"{k} = {line}" for k, line in stacks.items()) + ". "
-        f"{common.machine_line(result['machine'])}. Milliseconds per step, medians over rounds: "
+        f"{host.machine_line(result['machine'])}. Milliseconds per step, medians over rounds: "
         f"the step timed without the profiler; under it, the profiled step and each op's own "
         f"time (its event less the events nested in it), grouped: TensorFlow's oneDNN kernels "
         f"(op types _Mkl*: convolutions, batch norm, matrix products), the other ops, and what "
@@ -253,8 +256,8 @@ def markdown(result: dict[str, Any]) -> str:
                       r["medians"][k]["groups"][key] for k in names]
             ratio = r.get("this_over_other", {}).get(key)
             rows.append([r["model"], label, *(f"{v:.2f}" for v in values)]
-                        + ([common.ratio_cell(ratio) if ratio else ""] if two else []))
-    lines.append(common.markdown_table(headers, rows))
+                        + ([stats.ratio_cell(ratio) if ratio else ""] if two else []))
+    lines.append(report.markdown_table(headers, rows))
     top = []
     for r in result["results"]:
         ops = {k: r["medians"][k]["ops_ms"] for k in names}
@@ -267,7 +270,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", f"The {TOP_OPS} op types that take the most, per model (medians over rounds "
                   f"of each op type's own time per step"
                   + ("; the ratio of the medians" if two else "") + "):", "",
-              common.markdown_table(["model", "op type", *(f"{k} ms" for k in names)]
+              report.markdown_table(["model", "op type", *(f"{k} ms" for k in names)]
                                     + (["this / other"] if two else []), top)]
     return "\n".join(lines)
 
@@ -275,17 +278,11 @@ def markdown(result: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Command line: hvdtrain bench ops
 
-def main(args: argparse.Namespace) -> None:
-    """``hvdtrain bench ops``; UserError when --venv or --other-venv has no Python or a model
-    is unknown."""
-    run(Path(args.out), **tax.stack_choice(args))
-
-
 BENCHMARK = registry.Benchmark(
     name="ops", help="where a training step's time goes, op by op (TensorFlow's profiler, "
                      "plain fit, one core), this stack against --other-venv's",
-    main=main, add_arguments=tax.add_arguments)
+    main=arguments.stack_main(run), add_arguments=arguments.add_stack_arguments)
 
 
 if __name__ == "__main__":
-    common.rank_entry(sys.argv, rank_main, "hvdtrain.bench.ops")
+    launch.rank_entry(sys.argv, rank_main, MODULE)

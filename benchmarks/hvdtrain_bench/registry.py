@@ -1,9 +1,10 @@
 """The benchmarks of ``hvdtrain bench``, in one table.
 
 Each benchmark is a module of this package that defines ``BENCHMARK = Benchmark(...)``: its
-name, help line, arguments and run function. ``MODULES`` lists those modules; the bench parser
-(its choices, help and arguments), ``bench all`` and the results block it writes are drawn from
-it. How to add one: docs/layout.md.
+name, help line, arguments, run function and whether ``bench all`` runs it. A benchmark module
+imports no other benchmark: what several share is in ``hvdtrain_bench.shared``. ``MODULES``
+lists those modules; the bench parser (its choices, help and arguments), ``bench all`` and the
+results block it writes are drawn from it. How to add one: docs/layout.md.
 """
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-# hvdtrain.bench.MODULE of every benchmark, in the order of 'hvdtrain bench --help' and of the
+# hvdtrain_bench.MODULE of every benchmark, in the order of 'hvdtrain bench --help' and of the
 # runs of 'bench all'. The modules load when the bench parser is built, never before.
 MODULES = ("scaling", "tax", "allreduce", "peers", "project", "input", "suite", "stacks", "ops",
-           "phases")
+           "phases", "cluster")
 DEFAULT_OUT = "benchmarks/results"
 _COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
@@ -37,20 +38,22 @@ class Benchmark:
     # Its options beyond --out and --quick, which every benchmark gets.
     add_arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
     quick: bool = True            # takes --quick (a smoke test: fewer sizes, steps, epochs)
-    # Run by 'bench all', whose README block shows NAME.md and NAME.png under this title.
+    # Run by 'bench all' (which then needs its title).
+    in_all: bool = False
+    # The title its NAME.md and NAME.png go under in the README block 'bench all' writes.
     title: str = ""
     # 'bench all' takes its options too (False: bench all runs it with their defaults).
     options_in_all: bool = True
 
-    @property
-    def in_all(self) -> bool:
-        """Whether ``bench all`` runs it: the benchmarks with a title do."""
-        return bool(self.title)
+    def __post_init__(self) -> None:
+        if self.in_all and not self.title:
+            raise ValueError(f"benchmark {self.name!r} is in bench all without a title for "
+                             f"its results")
 
 
 def benchmarks() -> list[Benchmark]:
     """Every benchmark of ``MODULES``, in its order (imports their modules)."""
-    return [importlib.import_module(f"hvdtrain.bench.{module}").BENCHMARK for module in MODULES]
+    return [importlib.import_module(f"hvdtrain_bench.{module}").BENCHMARK for module in MODULES]
 
 
 def in_all() -> list[Benchmark]:

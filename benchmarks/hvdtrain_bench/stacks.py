@@ -3,7 +3,7 @@ per step in front of the optimizer) against hvdtrain on Keras 2 (Horovod's Distr
 on the same machine, in the same run.
 
 Each round measures both stacks, in alternating order (A B, then B A, ...), so that a drift in
-the machine's load falls on both; each measurement is ``scaling.measure``: a real Trainer on
+the machine's load falls on both; each measurement is ``trainer_job.measure``: a real Trainer on
 synthetic data, one core per rank, at 1 and at 2 ranks. Reported per round: samples/s of each
 stack at each world size; the all-reduce's cost per step, the time a 2-rank step takes
 beyond a 1-rank step at the same per-rank batch (mostly the all-reduce of the gradients and the
@@ -23,11 +23,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from hvdtrain.bench import common, registry, scaling
 from hvdtrain.errors import UserError
+from hvdtrain_bench import registry
+from hvdtrain_bench.shared import (arguments, host, interleave, plans, plots, report, stats, steps,
+                                   targets, trainer_job)
+from hvdtrain_bench.shared.workloads import WORKLOADS, Workload, model_names
 
-SPREAD_LIMIT = common.SPREAD_LIMIT
-TARGET = 0.98   # issue 28: this stack (Keras 3) >= 0.98x the other (Keras 2) in samples/s
+SPREAD_LIMIT = stats.SPREAD_LIMIT
+TARGET = targets.STACKS
 FIGURES = ("samples_per_sec_1", "samples_per_sec_2", "allreduce_ms_per_step", "efficiency_2")
 
 
@@ -41,36 +44,36 @@ def allreduce_cost_ms(one: dict[str, Any], two: dict[str, Any]) -> float:
     return step_ms(two) - step_ms(one)
 
 
-def measure_stack(python: str, workload: scaling.Workload, plan: scaling.Plan,
+def measure_stack(python: str, workload: Workload, plan: plans.Plan,
                   work_dir: Path) -> dict[str, Any]:
     """Samples per second at 1 and 2 ranks on the stack of ``python``, the all-reduce's cost per
     step and the weak-scaling efficiency derived from them, and the stack's versions."""
-    one, two = (scaling.measure(workload, n, plan, work_dir, python=python) for n in (1, 2))
+    one, two = (trainer_job.measure(workload, n, plan, work_dir, python=python) for n in (1, 2))
     rate_1, rate_2 = (row["total_samples_per_sec"]["median"] for row in (one, two))
     return {"samples_per_sec_1": rate_1, "samples_per_sec_2": rate_2,
             "allreduce_ms_per_step": allreduce_cost_ms(one, two),
-            "efficiency_2": scaling.weak_scaling_efficiency(rate_2, 2, rate_1),
+            "efficiency_2": steps.weak_scaling_efficiency(rate_2, 2, rate_1),
             "stack": one["stack"]}
 
 
 def ratios(rounds: list[dict[str, dict]], this: str, other: str) -> dict[str, dict]:
     """Per figure: the median over rounds of this / other, its spread, and whether the spread
     is small enough to call it a result."""
-    return {key: common.ratio_summary([r[this][key] / r[other][key] for r in rounds],
+    return {key: stats.ratio_summary([r[this][key] / r[other][key] for r in rounds],
                                       SPREAD_LIMIT) for key in FIGURES}
 
 
-def run_model(workload: scaling.Workload, pythons: dict[str, str], plan: scaling.Plan,
+def run_model(workload: Workload, pythons: dict[str, str], plan: plans.Plan,
               rounds: int, work_dir: Path) -> dict[str, Any]:
     """``rounds`` interleaved rounds of both stacks on one model."""
-    measured, loads = common.stack_rounds(
+    measured, loads = interleave.stack_rounds(
         f"stacks: {workload.name}", rounds, pythons,
         lambda python: measure_stack(python, workload, plan, work_dir))
     return {"model": workload.name, "stacks": {k: measured[0][k]["stack"] for k in pythons},
             "load_average_before_each_round": loads, "rounds": measured,
             "ratio_this_over_other": ratios(measured, "this", "other"),
             # Each stack's 2-rank efficiency against its own 1-rank rate of the same round.
-            "efficiency_2": {k: common.ratio_summary([r[k]["efficiency_2"] for r in measured],
+            "efficiency_2": {k: stats.ratio_summary([r[k]["efficiency_2"] for r in measured],
                                                      SPREAD_LIMIT) for k in pythons},
             "medians": {k: {key: statistics.median(r[k][key] for r in measured)
                             for key in FIGURES} for k in pythons}}
@@ -81,19 +84,19 @@ def run(out_dir: Path, *, other_python: str, models: Sequence[str] = ("mlp",),
     """Every model of ``models`` in turn, written to stacks.json/.md/.png. ``steps``: timed
     steps per repeat (default: bench scaling's); a small model's steps take a millisecond or
     two, too short to time in a few."""
-    machine = common.machine()   # before the work: its load is the machine's own
-    plan = scaling.QUICK if quick else scaling.FULL
+    machine = host.machine()   # before the work: its load is the machine's own
+    plan = plans.QUICK if quick else plans.FULL
     if steps:
         plan = dataclasses.replace(plan, steps_per_repeat=steps)
     pythons = {"this": sys.executable, "other": other_python}
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        results = [run_model(scaling.WORKLOADS[m], pythons, plan, rounds, Path(tmp))
+        results = [run_model(WORKLOADS[m], pythons, plan, rounds, Path(tmp))
                    for m in models]
     result = {"benchmark": "stacks", "machine": machine,
-              "versions": {k: common.stack_versions(v) for k, v in pythons.items()},
+              "versions": {k: host.stack_versions(v) for k, v in pythons.items()},
               "plan": {"rounds": rounds, **asdict(plan)}, "target": TARGET, "results": results}
-    common.write_outputs(out_dir, "stacks", result, markdown(result))
-    common.plot_bars(out_dir / "stacks.png",
+    report.write_outputs(out_dir, "stacks", result, markdown(result))
+    plots.plot_bars(out_dir / "stacks.png",
                      {r["model"]: {f"{n} rank(s)": r["ratio_this_over_other"][
                          f"samples_per_sec_{n}"]["median"] for n in (1, 2)} for r in results},
                      title="This stack over the other (samples/s, median over rounds)",
@@ -104,11 +107,11 @@ def run(out_dir: Path, *, other_python: str, models: Sequence[str] = ("mlp",),
 def efficiency_cell(efficiency: dict[str, Any], with_target: bool) -> str:
     """A stack's 2-rank efficiency over the rounds: its median and spread, flagged as noise
     above the ceiling only noise reaches, and with the verdict against the target."""
-    if efficiency["median"] > scaling.EFFICIENCY_CEILING:
-        return f"{common.ratio_text(efficiency)}: above {scaling.EFFICIENCY_CEILING}, noise"
+    if efficiency["median"] > targets.EFFICIENCY_CEILING:
+        return f"{stats.ratio_text(efficiency)}: above {targets.EFFICIENCY_CEILING}, noise"
     if not with_target:
-        return common.ratio_cell(efficiency)
-    return common.ratio_cell(efficiency, scaling.EFFICIENCY_TARGET)
+        return stats.ratio_cell(efficiency)
+    return stats.ratio_cell(efficiency, targets.EFFICIENCY)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -122,12 +125,12 @@ def markdown(result: dict[str, Any]) -> str:
             r = model["ratio_this_over_other"][key]
             target = result["target"] if key.startswith("samples") else None
             rows.append([label, f"{medians['this'][key]:,.2f}", f"{medians['other'][key]:,.2f}",
-                         common.ratio_cell(r, target)])
+                         stats.ratio_cell(r, target)])
         if "efficiency_2" in model:
             rows.append(["weak-scaling efficiency, 2 ranks (target for A)",
                          *(efficiency_cell(model["efficiency_2"][k], k == "this")
                            for k in ("this", "other")),
-                         common.ratio_cell(model["ratio_this_over_other"]["efficiency_2"])])
+                         stats.ratio_cell(model["ratio_this_over_other"]["efficiency_2"])])
         loads = ", ".join(f"{x:.2f}" for x in model["load_average_before_each_round"])
         parts += [
             f"{model['model']}, {result['plan']['rounds']} interleaved rounds, one core per "
@@ -135,7 +138,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"round: {loads}. Ratios: median over rounds of A / B (spread = (max - min) / "
             f"median; 'noise' past {SPREAD_LIMIT:.0%}: the figure does not count); target for "
             f"samples/s: A / B >= {result['target']:g}.", "",
-            common.markdown_table(["figure", "A (median)", "B (median)", "A / B"], rows), ""]
+            report.markdown_table(["figure", "A (median)", "B (median)", "A / B"], rows), ""]
     return "\n".join(parts)
 
 
@@ -144,13 +147,10 @@ def markdown(result: dict[str, Any]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """bench stacks' options (bench all's too)."""
-    from hvdtrain.bench import tax
-    tax.add_other_venv(parser)
-    parser.add_argument("--models", "--model", dest="models", default=None,
-                        help="comma list of mobilenetv2, resnet_small, mlp (default: "
-                             "mobilenetv2,resnet_small; --quick: mlp)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds (default 3; --quick: 2)")
+    arguments.add_other_venv(parser)
+    arguments.add_models(parser, "--model")
+    arguments.add_rounds(parser, f"interleaved rounds (default {arguments.ROUNDS}; --quick: "
+                                 f"{arguments.QUICK_ROUNDS})")
     parser.add_argument("--steps", type=int, default=None,
                         help="timed steps per repeat (default 8; more for a small model)")
 
@@ -158,19 +158,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench stacks``; UserError when --other-venv has no Python or a model is not
     a benchmark model (bench all without --other-venv: skipped, said so)."""
-    from hvdtrain.bench import tax
-    other = tax.venv_python(args.other_venv, "--other-venv")
+    other = arguments.venv_python(args.other_venv, "--other-venv")
     if other is None:
         if getattr(args, "in_all", False):
-            common.say("stacks: skipped (no --other-venv: the other stack's virtualenv)")
+            report.say("stacks: skipped (no --other-venv: the other stack's virtualenv)")
             return
         raise UserError("bench stacks needs --other-venv, e.g. .venv-keras2")
-    run(Path(args.out), other_python=other, models=scaling.model_names(args.models, args.quick),
-        rounds=args.rounds or (2 if args.quick else 3), quick=args.quick, steps=args.steps)
+    run(Path(args.out), other_python=other, models=model_names(args.models, args.quick),
+        rounds=arguments.rounds(args), quick=args.quick, steps=args.steps)
 
 
 BENCHMARK = registry.Benchmark(
     name="stacks", help="this stack against another (e.g. Keras 3 against Keras 2), "
                         "interleaved rounds of 1- and 2-rank training",
-    main=main, add_arguments=add_arguments,
+    main=main, add_arguments=add_arguments, in_all=True,
     title="Keras 3 against Keras 2 (this stack against --other-venv's)")

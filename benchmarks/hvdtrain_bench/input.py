@@ -35,15 +35,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hvdtrain.bench import common, registry
 from hvdtrain.errors import UserError
+from hvdtrain_bench import registry
+from hvdtrain_bench.shared import host, jobs, launch, plots, report, stats, steps, targets
 
-GOAL = 2.0
+GOAL = targets.INPUT_OVER_STEP
 SOURCES = ("digits", "synthetic", "npz", "tfrecord", "tfrecord-streamed", "images")
 SEED = 42
 WARMUP_BATCHES = 5
 EPOCHS = 20         # of the pipeline, as one training run of 20 epochs would read them
 CALIBRATION_STEPS = 6
+MODULE = "hvdtrain_bench.input"
 
 
 @dataclass(frozen=True)
@@ -66,11 +68,11 @@ def compare(raw: dict[str, Any]) -> list[dict[str, Any]]:
     and whether the pipeline is at least GOAL times the step."""
     rows = []
     for step in raw["steps"]:
-        step_rate = common.summarize(step["rates"])
+        step_rate = stats.summarize(step["rates"])
         for pipe in raw["pipelines"]:
             if pipe["shape"] != step["shape"] or pipe["batch_size"] != step["batch_size"]:
                 continue
-            pipe_rate = common.summarize(pipe["rates"])
+            pipe_rate = stats.summarize(pipe["rates"])
             ratio = pipe_rate["median"] / step_rate["median"]
             rows.append({"model": step["model"], "preset": step["preset"],
                          "shape": step["shape"], "batch_size": step["batch_size"],
@@ -150,7 +152,6 @@ def step_rates(preset: str, plan: Plan) -> tuple[dict[str, Any], list[float]]:
     import tensorflow as tf
     from hvdtrain import models, presets
     from hvdtrain.data import sources
-    from hvdtrain.bench.scaling import step_timer
 
     cfg = presets.build_config(preset)
     shape, batch = sources.input_shape(cfg.data), cfg.train.batch_size
@@ -160,15 +161,16 @@ def step_rates(preset: str, plan: Plan) -> tuple[dict[str, Any], list[float]]:
     rng = np.random.default_rng(SEED)
     one = tf.data.Dataset.from_tensors((rng.random((batch, *shape), np.float32),
                                         rng.integers(0, 10, batch).astype(np.int32))).repeat()
-    timer = step_timer()
+    timer = steps.step_timer()
     model.fit(one, steps_per_epoch=CALIBRATION_STEPS, verbose=0, callbacks=[timer])  # traces
     per_step = (timer.epochs[0][-1] - timer.epochs[0][0]) / (CALIBRATION_STEPS - 1)
-    steps = int(min(max(plan.seconds / per_step, 5), 5000))
+    per_repeat = int(min(max(plan.seconds / per_step, 5), 5000))
     timer.epochs.clear()
-    model.fit(one, steps_per_epoch=steps + 1, epochs=plan.repeats, verbose=0, callbacks=[timer])
+    model.fit(one, steps_per_epoch=per_repeat + 1, epochs=plan.repeats, verbose=0,
+              callbacks=[timer])
     rates = [(len(t) - 1) * batch / (t[-1] - t[0]) for t in timer.epochs]
     return {"preset": preset, "model": cfg.model.name, "shape": list(shape),
-            "batch_size": batch, "steps_per_repeat": steps}, rates
+            "batch_size": batch, "steps_per_repeat": per_repeat}, rates
 
 
 def rank_main(options: dict[str, Any]) -> None:
@@ -197,24 +199,24 @@ def rank_main(options: dict[str, Any]) -> None:
 # Driver
 
 def run(out_dir: Path, *, quick: bool = False, threads: int = 1) -> dict[str, Any]:
-    machine = common.machine()   # before the work: its load is the machine's own
+    machine = host.machine()   # before the work: its load is the machine's own
     plan = QUICK if quick else FULL
-    common.say(f"input: {', '.join(plan.presets)} against every source, {threads} core(s)...")
+    report.say(f"input: {', '.join(plan.presets)} against every source, {threads} core(s)...")
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         out = Path(tmp) / "input.json"
         options = {"plan": asdict(plan), "threads": threads, "work_dir": tmp, "out": str(out)}
-        output = common.run_job(common.rank_argv("hvdtrain.bench.input", options),
+        output = jobs.run_job(launch.rank_argv(MODULE, options),
                                 timeout=1800, what="input pipeline benchmark")
-        raw = common.read_json_output(out, "input pipeline benchmark", output)
+        raw = jobs.read_json_output(out, "input pipeline benchmark", output)
     rows = compare(raw)
     for r in rows:
-        common.say(f"  {r['model']:<12} {r['source']:<17} pipeline "
+        report.say(f"  {r['model']:<12} {r['source']:<17} pipeline "
                    f"{r['pipeline_samples_per_sec']['median']:>10,.0f}  step "
                    f"{r['step_samples_per_sec']['median']:>8,.0f}  x{r['ratio']:.1f}")
     result = {"benchmark": "input", "machine": machine, "plan": asdict(plan),
               "goal": GOAL, "threads": threads, "cores": raw["cores"], "results": rows,
               "raw": raw}
-    common.write_outputs(out_dir, "input", result, markdown(result))
+    report.write_outputs(out_dir, "input", result, markdown(result))
     plot(out_dir, result)
     return result
 
@@ -232,7 +234,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"One rank's input pipeline against its training step, {result['threads']} core(s) "
         f"and intra-op thread(s); samples/s, median (min..max) of {plan['repeats']} repeats of "
         f"{plan['seconds']:g} s; goal: pipeline >= {result['goal']:g} x step.", "",
-        common.markdown_table(["model", "input, batch", "source", "pipeline samples/s",
+        report.markdown_table(["model", "input, batch", "source", "pipeline samples/s",
                                "step samples/s", "pipeline / step",
                                f">= {result['goal']:g}x"], rows)])
 
@@ -241,7 +243,7 @@ def plot(out_dir: Path, result: dict[str, Any]) -> None:
     groups: dict[str, dict[str, float]] = {}
     for r in result["results"]:
         groups.setdefault(r["model"], {})[r["source"]] = r["ratio"]
-    common.plot_bars(out_dir / "input.png", groups, title="Input pipeline / training step",
+    plots.plot_bars(out_dir / "input.png", groups, title="Input pipeline / training step",
                      ylabel="pipeline samples/s / step samples/s", logy=True,
                      reference=result["goal"], reference_label=f"goal {result['goal']:g}x")
 
@@ -269,9 +271,9 @@ def main(args: argparse.Namespace) -> None:
 BENCHMARK = registry.Benchmark(
     name="input", help="one rank's input pipeline against its training step, every source "
                        "and bundled model (samples/s)",
-    main=main, add_arguments=add_arguments, title="Input pipeline against the training step",
-    options_in_all=False)
+    main=main, add_arguments=add_arguments, in_all=True,
+    title="Input pipeline against the training step", options_in_all=False)
 
 
 if __name__ == "__main__":
-    common.rank_entry(sys.argv, rank_main, "hvdtrain.bench.input")
+    launch.rank_entry(sys.argv, rank_main, MODULE)

@@ -1,0 +1,135 @@
+"""Where the gradients' all-reduce spends a 2-rank training step: bench scaling's 2-rank job
+with a Horovod timeline, on this stack and on another's virtualenv (``--other-venv``) in
+interleaved rounds.
+
+The phases, and how a step's are read from rank 0's timeline: shared/timeline.py.
+Medians over the timed steps (the warmup epochs left out), then over rounds. The timeline's own
+writing slows the job a little: these are a breakdown, the rates are bench scaling's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hvdtrain_bench import registry
+from hvdtrain_bench.shared import (arguments, host, interleave, jobs, plans, plots, report, stats,
+                                   steps, trainer_job)
+from hvdtrain_bench.shared.timeline import PHASES, read_timeline, step_phases, tensor_phases
+from hvdtrain_bench.shared.workloads import WORKLOADS, Workload
+
+SPREAD_LIMIT = stats.SPREAD_LIMIT
+RANKS = 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+
+def measure(workload: Workload, plan: plans.Plan, work_dir: Path,
+            python: str) -> dict[str, Any]:
+    """bench scaling's 2-rank job with a timeline, on the stack of ``python``: its
+    samples/s, stack and the gradients' phases per step."""
+    job = plans.job_options(workload, RANKS, plan, work_dir)
+    timeline = Path(job["out"]).with_suffix(".timeline.json")
+    what = f"bench phases: {workload.name} on {RANKS} ranks"
+    # Horovod: the coordinator writes the timeline that this variable names, read at init.
+    raw = trainer_job.run(job, RANKS, python, what=what,
+                          env={"HOROVOD_TIMELINE": str(timeline)})
+    if not timeline.exists():
+        raise jobs.BenchError(f"{what} wrote no timeline to {timeline}")
+    steps_per_epoch = plan.steps_per_repeat + 1
+    found = step_phases(tensor_phases(read_timeline(timeline.read_text())),
+                        skip=plan.warmup_epochs * steps_per_epoch)
+    rates = steps.repeat_rates(raw["ranks"])
+    return {"stack": raw["stack"], "controller": raw["controller"],
+            "samples_per_sec": stats.summarize(rates)["median"], **found}
+
+
+def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
+                    loads: Sequence[float]) -> dict[str, Any]:
+    """One model's rounds: per stack the medians over rounds of the step and of each phase,
+    and each phase's share of the step per round (median and spread)."""
+    medians, shares = {}, {}
+    for which in rounds[0]:
+        jobs = [r[which] for r in rounds]
+        names = [n for n in PHASES if all(n in j["phases_ms"] for j in jobs)]
+        medians[which] = {"step_ms": statistics.median(j["step_ms"] for j in jobs),
+                          "phases_ms": {n: statistics.median(j["phases_ms"][n] for j in jobs)
+                                        for n in names}}
+        shares[which] = {n: stats.ratio_summary([j["phases_ms"][n] / j["step_ms"]
+                                                  for j in jobs], SPREAD_LIMIT) for n in names}
+    return {"model": name, "rounds": list(rounds), "load_average_before_each_round": list(loads),
+            "medians": medians, "share_of_step": shares}
+
+
+def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
+        python: str = sys.executable, other_python: str | None = None) -> dict[str, Any]:
+    """``rounds`` interleaved rounds per model on the stack of ``python`` (and of
+    ``other_python``), written to phases.json/.md/.png."""
+    machine = host.machine(python)   # before the work: its load is the machine's own
+    plan = dataclasses.replace(plans.QUICK if quick else plans.FULL, world_sizes=(RANKS,))
+    pythons = interleave.stack_pythons(python, other_python)
+    results = interleave.rounds_per_model(
+        "phases", models, rounds, pythons,
+        lambda name, work_dir, python: measure(WORKLOADS[name], plan, work_dir, python),
+        summarize_model)
+    result = {"benchmark": "phases", "machine": machine, "ranks": RANKS,
+              "stacks": {k: results[0]["rounds"][0][k]["stack"] for k in pythons}
+              if results else {},
+              "plan": {"rounds": rounds, **dataclasses.asdict(plan)}, "results": results}
+    report.write_outputs(out_dir, "phases", result, markdown(result))
+    plots.plot_bars(out_dir / "phases.png",
+                     {f"{r['model']}, {which}": {PHASES[n]: ms for n, ms in
+                                                 r["medians"][which]["phases_ms"].items()
+                                                 if n != "ALLREDUCE"}
+                      for r in results for which in pythons},
+                     title="The gradients' all-reduce in a 2-rank step",
+                     ylabel="ms per step (median over rounds)")
+    return result
+
+
+def share_text(share: Mapping[str, Any]) -> str:
+    """'6.3% (spread 4.0%)', and 'noise' past the spread limit."""
+    return (f"{share['median']:.1%} (spread {share['spread']:.1%})"
+            + (" noise" if share["noise"] else ""))
+
+
+def markdown(result: dict[str, Any]) -> str:
+    stacks = result["stacks"]
+    lines = [
+        f"bench scaling's {result['ranks']}-rank job (one core per rank) with a Horovod "
+        f"timeline, {result['plan']['rounds']} interleaved rounds; "
+        + "; ".join(f"{k} = {line}" for k, line in stacks.items()) + ". "
+        f"{host.machine_line(result['machine'])}. Per step, from rank 0's timeline: the "
+        f"step (from one step's all-reduce to the next), and the wall time each phase of the "
+        f"gradients' all-reduce covers (medians over the timed steps, then over rounds); its "
+        f"share of the step per round, median (spread). Where the gradients go in one fused "
+        f"all-reduce after backprop (hvdtrain's binding), the phases are its cost; where they "
+        f"go one by one as backprop produces them (Horovod's own optimizer, on Keras 2), their "
+        f"all-reduces overlap backprop and each other, and a phase's time is how long one of "
+        f"them is in it, not what it costs. The timeline's writing slows the job a little: "
+        f"the rates are bench scaling's.", ""]
+    rows = []
+    for r in result["results"]:
+        for which in stacks:
+            m, share = r["medians"][which], r["share_of_step"][which]
+            rows.append([r["model"], which,
+                         f"step ({r['rounds'][0][which]['gradients']} gradients)",
+                         f"{m['step_ms']:.2f}", ""])
+            rows += [[r["model"], which, PHASES[n], f"{ms:.2f}", share_text(share[n])]
+                     for n, ms in m["phases_ms"].items()]
+    lines.append(report.markdown_table(["model", "stack", "figure", "ms per step",
+                                        "share of the step"], rows))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line: hvdtrain bench phases
+
+BENCHMARK = registry.Benchmark(
+    name="phases", help="where the gradients' all-reduce spends a 2-rank step (Horovod's "
+                        "timeline: the wait, the copies, the collective), this stack against "
+                        "--other-venv's",
+    main=arguments.stack_main(run), add_arguments=arguments.add_stack_arguments)

@@ -1,0 +1,45 @@
+"""bench allreduce's arithmetic: nccl-tests' bandwidths, the calls per timed batch, the targets."""
+from __future__ import annotations
+
+import pytest
+
+from hvdtrain_bench import allreduce
+from hvdtrain_bench.shared import collectives, targets
+
+def test_bus_bandwidth_follows_nccl_tests():
+    algbw, busbw = collectives.bandwidths(nbytes=1 << 20, seconds=1e-3, ranks=4)
+    assert algbw == pytest.approx((1 << 20) / 1e-3)
+    assert busbw == pytest.approx(algbw * 2 * 3 / 4)
+    assert collectives.bandwidths(1000, 1.0, 1)[1] == 0.0   # one rank moves nothing
+
+
+def test_a_slow_allreduce_is_timed_over_fewer_calls():
+    # Control: a fast all-reduce keeps the size's cap (200 calls of 4 KiB, 3 of 64 MiB).
+    assert collectives.batch_ops(6e-6, collectives.ops_per_batch(4 * targets.KIB)) == 200
+    assert collectives.batch_ops(0.05, collectives.ops_per_batch(64 * targets.MIB)) == 3
+    # Gloo with fusion off, 30 ms a call: half a second's worth, not 200 calls (6 s).
+    assert collectives.batch_ops(0.03, 200) == 17
+    assert collectives.batch_ops(2.0, 200) == 3
+
+
+def test_the_allreduce_targets_count_1_to_16_mib_and_the_4_kib_floor():
+    mib, kib = targets.MIB, targets.KIB
+    row = lambda nbytes, seconds, ratio=None: {"bytes": nbytes, "seconds": {"median": seconds},
+                                              **({} if ratio is None else {"of_raw_mpi": ratio})}
+    raw = {"label": collectives.RAW_MPI.label, "kind": "mpi4py",
+           "rows": [row(4 * kib, 3e-6), row(mib, 1e-3), row(16 * mib, 1e-2), row(64 * mib, 5e-2)]}
+    hvd = {"label": collectives.HOROVOD_MPI.label, "kind": "horovod",
+           "rows": [row(4 * kib, 9e-6, 0.3), row(mib, 1e-3, 0.95), row(16 * mib, 1e-2, 0.91),
+                    row(64 * mib, 9e-2, 0.5)]}
+    t = allreduce._target([raw, hvd])
+    # 64 MiB is outside the window: its 0.5 does not count; the 4 KiB floor is 3x exactly.
+    assert t["horovod_mpi_of_raw_mpi_min_in_window"] == pytest.approx(0.91)
+    assert t["bandwidth_met"] and t["floor_met"]
+    assert t["floor_time_over_raw_mpi"] == pytest.approx(3.0)
+    # Control: a slower floor and a 16 MiB dip miss both.
+    hvd["rows"][0]["seconds"]["median"] = 1e-5
+    hvd["rows"][2]["of_raw_mpi"] = 0.89
+    t = allreduce._target([raw, hvd])
+    assert not t["bandwidth_met"] and not t["floor_met"] and t["worst_bytes"] == 16 * mib
+    assert "misses >= 0.9" in allreduce.target_lines(t)[0]
+    assert "misses <= 3" in allreduce.target_lines(t)[1]

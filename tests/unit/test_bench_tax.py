@@ -1,0 +1,51 @@
+"""bench tax's arithmetic: the wrapper's tax as a median of per-round ratios, its rounds' order, and
+its tables."""
+from __future__ import annotations
+
+import pytest
+
+from bench_helpers import MACHINE
+from hvdtrain_bench import tax
+
+def test_the_tax_is_a_per_round_median_and_wide_spreads_are_noise():
+    # Round 2 ran on a slower machine for both sides: the per-round ratio cancels it.
+    rounds = [{"plain": 100.0, "hvdtrain": 98.0}, {"plain": 50.0, "hvdtrain": 49.0},
+              {"plain": 100.0, "hvdtrain": 99.0}]
+    ratio = tax.ratio_summary(rounds)
+    assert ratio["median"] == pytest.approx(0.98) and not ratio["noise"]
+    rounds[1]["hvdtrain"] = 30.0  # one round 40% off: flagged, not a result
+    assert tax.ratio_summary(rounds)["noise"]
+    assert tax.stack_name("tensorflow 2.15.1, keras 2.15.0, horovod 0.28.1") == "keras2"
+
+
+def test_the_tax_table_prints_the_verdict_and_the_step_breakdown():
+    machine = MACHINE
+    rounds = [{"plain": 100.0, "hvdtrain": 97.9}, {"plain": 100.0, "hvdtrain": 98.2},
+              {"plain": 90.0, "hvdtrain": 88.0}]
+    assert "Where a step's time goes" not in tax.markdown(tax_result(machine, rounds))
+    for i, r in enumerate(rounds):   # each side's step breakdown, 50 + i ms and 0.0i ms
+        for side in ("plain", "hvdtrain"):
+            r[f"{side}_step"] = {"step_seconds_median": (50 + i) / 1e3,
+                                 "between_steps_seconds_median": i / 1e5}
+    rounds[2]["hvdtrain_step"]["step_seconds_median"] = 0.0612   # the median, not the mean
+    assert "| m | keras3 | 51.00 | 51.00 | 0.010 | 0.010 |" in tax.markdown(
+        tax_result(machine, rounds))
+    taxed = tax_result(machine, rounds)
+    assert "| 0.9790 (spread 0.4%): misses >= 0.98 |" in tax.markdown(taxed)
+    assert "TensorFlow 2.20.0, Keras 3.15.1" in tax.markdown(taxed)
+
+
+def tax_result(machine: dict, rounds: list[dict]) -> dict:
+    return {"machine": machine, "plan": {"rounds": len(rounds)}, "target": tax.TARGET,
+            "results": [{"model": "m", "stack": "keras3", "stack_line": "tf 2.20",
+                         "batch_size": 16, "rounds": rounds,
+                         "load_average_before_each_round": [1, 2, 3],
+                         "hvdtrain_over_plain": tax.ratio_summary(rounds)}],
+            "stack_comparisons": []}
+
+
+def test_the_tax_rounds_interleave_both_stacks():
+    assert tax.round_order(0, ["this", "other"]) == [
+        ("this", "plain"), ("this", "hvdtrain"), ("other", "plain"), ("other", "hvdtrain")]
+    assert tax.round_order(1, ["this", "other"]) == tax.round_order(0, ["this", "other"])[::-1]
+    assert tax.round_order(1, ["this"]) == [("this", "hvdtrain"), ("this", "plain")]
