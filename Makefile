@@ -22,7 +22,8 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 install:
 	@$(call SETUP,$(STACK),$(VENV))
 
-# The main job: $(NP) Horovod ranks (Gloo) train a CNN on scikit-learn's built-in digits.
+# The main job: $(NP) Horovod ranks (MPI where mpirun is installed, else Gloo: run_scripts/local.sh)
+# train a CNN on scikit-learn's built-in digits.
 demo: install
 	run_scripts/local.sh $(NP) --preset digits
 

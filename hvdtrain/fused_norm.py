@@ -32,8 +32,8 @@ def keras3_on_tensorflow() -> bool:
 def fuse_batch_norm(model: tf.keras.Model) -> int:
     """Every plain ``BatchNormalization`` in ``model`` (nested ones included) computes with the
     fused kernel from now on; returns how many. Keras 2 fuses by itself: 0 there. Subclasses of
-    ``BatchNormalization`` keep their own ``call``. Call it once the model is built, before
-    the first training step (``fit`` traces its step then)."""
+    ``BatchNormalization`` keep their own ``call``. Call it before the first training step
+    (``fit`` traces its step then), built or not: the layers exist once the model is made."""
     if not keras3_on_tensorflow():
         return 0
     count = 0

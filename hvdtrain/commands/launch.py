@@ -9,9 +9,9 @@ import os
 from hvdtrain import k8s, shipped
 
 NAME = "launch"
-HELP = ("run a launch script: local (N ranks here, Gloo), hostfile (MPI over hosts), elastic "
-        "(Gloo); slurm and discover-hosts print theirs, k8s prints a Kubeflow MPIJob "
-        "('hvdtrain launch NAME --help')")
+HELP = ("run a launch script: local (N ranks here, MPI or else Gloo), hostfile (MPI over "
+        "hosts), elastic (Gloo); slurm and discover-hosts print theirs, k8s prints a Kubeflow "
+        "MPIJob ('hvdtrain launch NAME --help')")
 # name -> (file in run_scripts/, run it (True) or print how to use it (False))
 SCRIPTS = {"local": ("local.sh", True), "hostfile": ("mpirun_hostfile.sh", True),
            "elastic": ("elastic.sh", True), "slurm": ("slurm.sbatch", False),
