@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launching.py, hvdtrain/launchers.py), not here.
 
-.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick compat clean
+.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick compat image clean
 
 install:
 	@$(call SETUP,$(STACK),$(VENV))
@@ -100,6 +100,12 @@ bench-quick: install
 # benchmarks/results/compat-DATE.md. COMPAT_VERSIONS="2.19.1 2.21.0" picks versions.
 compat:
 	scripts/compat.sh /tmp/hvdtrain-compat $(COMPAT_VERSIONS)
+
+# The container image hvdtrain:latest of the default stack, with podman, as root (tens of minutes
+# and gigabytes; not part of make test): container/README.md. container/train_two.sh then trains
+# 2 ranks across two containers of it.
+image:
+	scripts/build_image.sh
 
 clean:
 	rm -rf runs .pytest_cache

@@ -40,12 +40,31 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     distributed = hvd_keras.DistributedOptimizer(optimizer, compression=compression(options),
                                                  sparse_as_dense=options.sparse_as_dense)
     # Horovod rebuilds the optimizer from its config: what the user set outside it (AdamW's
-    # exclude_from_weight_decay, say) is carried over, or it would be silently lost.
+    # exclude_from_weight_decay, say) is carried over, or it would be silently lost. What its
+    # build() made (slots, the built flag) is not: the copy builds its own, then takes the
+    # values (a loaded model's optimizer state), in build_optimizer.
     for name, value in vars(optimizer).items():
-        if name not in vars(distributed) and not name.startswith("_self_"):
+        if (name not in vars(distributed) and not name.startswith("_self_")
+                and not _built_state(name, value)):
             setattr(distributed, name, value)
+    if _variables(optimizer):
+        distributed.hvdtrain_state_from = optimizer
     _reduce_exactly_once(distributed)
     return distributed
+
+
+def _built_state(name: str, value: Any) -> bool:
+    """An attribute an optimizer's build() made: the built flag, or its slot variables."""
+    values = value.values() if isinstance(value, dict) else value
+    return name == "_built" or (isinstance(values, (list, tuple)) and any(
+        isinstance(item, tf.Variable) for item in values))
+
+
+def _variables(optimizer: Any) -> list[tf.Variable]:
+    """An optimizer's variables beyond its step count: its state once built."""
+    variables = optimizer.variables
+    variables = list(variables() if callable(variables) else variables)
+    return variables if len(variables) > 1 else []
 
 
 def _reduce_exactly_once(distributed: Any) -> None:
@@ -134,6 +153,16 @@ def build_optimizer(optimizer: tf.keras.optimizers.Optimizer,
         optimizer._create_all_weights(variables)
     else:
         optimizer.build(variables)
+    source = getattr(optimizer, "hvdtrain_state_from", None)
+    if source is not None:  # the state of the optimizer Horovod's copy was made from
+        del optimizer.hvdtrain_state_from
+        old, new = _variables(source), optimizer_variables(optimizer)
+        if [v.shape for v in old] != [v.shape for v in new]:
+            raise UserError(f"the optimizer given to distributed_optimizer() holds state for "
+                            f"{len(old)} variables of other shapes than this model's "
+                            f"{len(new)}: wrap the optimizer of the model you train")
+        for target, value in zip(new, old):
+            target.assign(value)
 
 
 def build_model(model: tf.keras.Model, spec: Any) -> None:

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `make image`: builds the container image hvdtrain:latest from container/Containerfile with
+# podman, installing what is missing first and skipping what is there (as scripts/setup.sh):
+#   1. podman, buildah, crun and mmdebstrap from Debian (apt, as root);
+#   2. the base image localhost/debian:bookworm, made with mmdebstrap from Debian's mirror and
+#      imported, standing in for Docker Hub's debian:bookworm where no registry is reachable;
+#   3. the build context: the Containerfile and the sources the hvdtrain wheel is built from;
+#   4. podman build (niced: the build compiles Horovod), then the image's size and build time.
+# IMAGE (hvdtrain:latest), BASE_IMAGE (localhost/debian:bookworm), MIRROR (Debian's), REV (the
+# commit hvdtrain is built from, HEAD) override; BUILD_FLAGS adds podman build options
+# (BUILD_FLAGS=--no-cache builds every step again).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+IMAGE=${IMAGE:-hvdtrain:latest}
+BASE_IMAGE=${BASE_IMAGE:-localhost/debian:bookworm}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+
+say() { printf '[image] %s\n' "$*"; }
+die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"
+    elif command -v sudo >/dev/null; then sudo "$@"
+    else die "need root (or sudo) to run: $*"; fi
+}
+
+# 1. The tools. Rootful podman: the base is imported and the image built as root.
+missing=()
+for tool in podman buildah crun mmdebstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]} (apt)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah crun mmdebstrap >/dev/null
+fi
+as_root sh -c 'command -v runc >/dev/null' || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null
+# What runs on these machines (a VM with cgroup v1 and an empty cgroup v2 hierarchy mounted
+# beside it, and root without CAP_SYS_RESOURCE): runc (crun 1.8 refuses that "hybrid" cgroup
+# layout), and resource limits no higher than the host's (podman's defaults, nofile 1048576
+# and nproc 4194304, cannot be set without CAP_SYS_RESOURCE).
+PODMAN=(as_root nice -n 19 podman --runtime runc)
+ULIMITS=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
+
+# 2. The base: Debian 12's minimal system, as Docker Hub's debian:bookworm is built.
+if ! "${PODMAN[@]}" image exists "$BASE_IMAGE"; then
+    say "making $BASE_IMAGE with mmdebstrap from $MIRROR (a minute)"
+    tar=$(mktemp --suffix=.tar)
+    trap 'rm -f "$tar"' EXIT
+    as_root nice -n 19 mmdebstrap --quiet --variant=minbase --format=tar bookworm "$tar" "$MIRROR"
+    "${PODMAN[@]}" import --quiet "$tar" "$BASE_IMAGE" >/dev/null
+    rm -f "$tar"
+fi
+
+# 3. The context: the Containerfile and, under src/, what the wheel is built from (setup.py
+# copies run_scripts, scripts/patches and docs into it) as committed at REV (HEAD): the image
+# holds a commit, named in its revision label, not a working tree's edits.
+REV=$(git rev-parse "${REV:-HEAD}")
+context=$(mktemp -d)
+trap 'rm -rf "$context"' EXIT
+cp container/Containerfile "$context/"
+mkdir "$context/src"
+git archive "$REV" -- hvdtrain run_scripts scripts/patches docs pyproject.toml setup.py \
+    MANIFEST.in README.md | tar -xf - -C "$context/src"
+
+# pip inside the build reaches PyPI itself; where the host's pip needs a CA bundle of its own
+# (a TLS proxy's, named by PIP_CERT or /etc/pip.conf's cert), the build mounts it for its RUN
+# steps only: it is not copied into the image.
+ca=${PIP_CERT:-$(sed -n 's/^[[:space:]]*cert[[:space:]]*=[[:space:]]*//p' /etc/pip.conf 2>/dev/null | tail -1)}
+ca_args=()
+if [ -n "$ca" ] && [ -f "$ca" ]; then
+    ca_args=(--volume "$ca:/run/build-ca.crt:ro" --build-arg BUILD_CA=/run/build-ca.crt)
+fi
+
+# 4. The build. --pull=never: the base is local, and no registry is asked.
+say "building $IMAGE from container/Containerfile and hvdtrain at ${REV:0:12} (the first build takes 10-20 minutes: TensorFlow, then Horovod's compile)"
+start=$(date +%s)
+# shellcheck disable=SC2086  # BUILD_FLAGS: words
+"${PODMAN[@]}" build --pull=never "${ULIMITS[@]}" --build-arg "BASE=$BASE_IMAGE" \
+    ${ca_args[@]+"${ca_args[@]}"} --label "org.opencontainers.image.revision=$REV" \
+    ${BUILD_FLAGS:-} --tag "$IMAGE" --file "$context/Containerfile" "$context"
+seconds=$(( $(date +%s) - start ))
+size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
+say "built $IMAGE in ${seconds}s: $(( size / 1000000 )) MB (podman image inspect .Size, uncompressed)"
