@@ -16,14 +16,9 @@ IMAGE=${IMAGE:-hvdtrain:latest}
 BASE_IMAGE=${BASE_IMAGE:-localhost/debian:bookworm}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 
-say() { printf '[image] %s\n' "$*"; }
-die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
-
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"
-    elif command -v sudo >/dev/null; then sudo "$@"
-    else die "need root (or sudo) to run: $*"; fi
-}
+STEP=image
+# shellcheck source=scripts/common.sh
+source scripts/common.sh  # say, die, as_root
 
 # 1. The tools. Rootful podman: the base is imported and the image built as root.
 missing=()

@@ -19,14 +19,9 @@ VENV=${HVDTRAIN_VENV:-$DEFAULT_VENV}
 PY="$VENV/bin/python"
 TF_PIN="tensorflow-cpu==$TF_VERSION"
 
-say() { printf '[setup] %s\n' "$*"; }
-die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
-
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"
-    elif command -v sudo >/dev/null; then sudo "$@"
-    else die "need root (or sudo) to run: $*"; fi
-}
+STEP=setup
+# shellcheck source=scripts/common.sh
+source scripts/common.sh  # say, die, as_root
 
 # 1. Open MPI: Horovod's MPI controller and mpirun need the compiler wrapper and the launcher.
 if ! command -v mpirun >/dev/null || ! command -v mpicxx >/dev/null; then
