@@ -29,7 +29,8 @@ def main() -> None:
     args = parser.parse_args()
 
     launching.load_tensorflow()
-    from hvdtrain import models, presets, rank_env, trainer
+    from hvdtrain import models, rank_env, trainer
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     from hvdtrain import distributed as dist
     cfg = presets.build_config(args.preset, None, args.assignments)

@@ -36,7 +36,7 @@ BASE_PRESET = "synthetic-mlp"     # a synthetic-data preset; the model and input
 def job_config(args: argparse.Namespace, ranks: int, plan: plans.Plan, run_dir: Path) -> Any:
     """The Trainer's config for a job of ``ranks`` ranks: ``args``' model, input and batch on
     synthetic data, each rank ``plan.steps_per_repeat`` + 1 batches an epoch."""
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     work = Workload(args.model, BASE_PRESET, args.batch_size,
                     cluster_figures.input_shape(args.input_shape), args.classes)
     return presets.build_config(BASE_PRESET, assignments=[

@@ -150,7 +150,8 @@ def step_rates(preset: str, plan: Plan) -> tuple[dict[str, Any], list[float]]:
     """The preset's model and optimizer, training on one batch held in memory."""
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import models, presets
+    from hvdtrain import models
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
 
     cfg = presets.build_config(preset)
@@ -175,7 +176,7 @@ def step_rates(preset: str, plan: Plan) -> tuple[dict[str, Any], list[float]]:
 
 def rank_main(options: dict[str, Any]) -> None:
     cores = _bind(options["threads"])
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     plan = Plan(**{**options["plan"], "presets": tuple(options["plan"]["presets"])})
     steps, inputs = [], []

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from hvdtrain import config as config_lib
-from hvdtrain import launching, overrides
+from hvdtrain import launching
+from hvdtrain.config import overrides
 from hvdtrain.commands.parsing import Parser
 
 NAME = "data"

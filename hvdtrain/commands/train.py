@@ -5,7 +5,8 @@ import argparse
 from typing import Any
 
 from hvdtrain import config as config_lib
-from hvdtrain import launching, overrides, presets
+from hvdtrain import launching
+from hvdtrain.config import overrides, presets
 from hvdtrain.commands import ranks
 
 NAME = "train"

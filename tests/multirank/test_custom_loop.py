@@ -144,7 +144,8 @@ PLAIN_SGD = ["optim.momentum=0", "optim.lr_scaling=none", "optim.warmup_epochs=0
 def initial_model(preset: str, assignments: list[str]):
     """The config, the data and the model every rank starts from (as Trainer builds them)."""
     import tensorflow as tf
-    from hvdtrain import models, presets
+    from hvdtrain import models
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     cfg = presets.build_config(preset, None, assignments)
     dataset = sources.load(cfg.data, cfg.train.seed)

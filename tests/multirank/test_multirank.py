@@ -144,7 +144,7 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["train"]["epochs"] == 5
 
     # The exported model is the trained one: it scores the reported accuracy on its own.
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     model = exported_model(run_dir)
     evaluation = sources.load(presets.digits().data, seed=42).eval

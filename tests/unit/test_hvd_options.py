@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain import cli, config, overrides, preflight, presets
+from hvdtrain import cli, config, preflight
+from hvdtrain.config import overrides, presets
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
 

@@ -8,7 +8,8 @@ import dataclasses
 import tensorflow as tf
 
 from hvdtrain import distributed as dist
-from hvdtrain import models, presets, report
+from hvdtrain import models, report
+from hvdtrain.config import presets
 from hvdtrain.config import ModelConfig
 
 

@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 from helpers import (assert_ok, error_lines, exported_model, hvdtrain, launch, snapshot)
-from hvdtrain import checkpoints, models, presets, rundir
+from hvdtrain import checkpoints, models, rundir
+from hvdtrain.config import presets
 from hvdtrain.config import to_dict
 from hvdtrain.errors import UserError
 

@@ -24,7 +24,7 @@ BATCH = 32
 # Rank side: shared pieces
 
 def _config(epochs: int):
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     return presets.build_config("digits", assignments=[
         f"train.epochs={epochs}", f"train.batch_size={BATCH}", "train.eval_every=1"])
 

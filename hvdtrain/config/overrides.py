@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from hvdtrain.checks import suggest
+from hvdtrain.config.checks import suggest
 from hvdtrain.config import SECTIONS, Config
 from hvdtrain.errors import UserError
 
