@@ -29,7 +29,8 @@ def main() -> None:
     args = parser.parse_args()
 
     launching.load_tensorflow()
-    from hvdtrain import models, rank_env, trainer
+    from hvdtrain import models, rank_env
+    from hvdtrain.training import trainer
     from hvdtrain.config import presets
     from hvdtrain.data import sources
     from hvdtrain import distributed as dist

@@ -58,7 +58,7 @@ def alone(cfg: Any, plan: plans.Plan) -> tuple[dict[str, list[float]], int]:
 
 def rank_main(args: argparse.Namespace, plan: plans.Plan, out: Path) -> None:
     """One rank: alone, then in the job; rank 0 writes what every rank timed."""
-    from hvdtrain import trainer
+    from hvdtrain.training import trainer
     from hvdtrain import distributed as dist
     from hvdtrain.commands import ranks
 

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     with ranks.same_on_every_rank():
         cfg = ranks.saved_config(args)
         launching.load_tensorflow()
-    from hvdtrain import trainer  # Horovod loads here
+    from hvdtrain.training import trainer  # Horovod loads here
 
     world = ranks.start(cfg, options=None)
 

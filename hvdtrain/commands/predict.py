@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     with ranks.same_on_every_rank():
         cfg = ranks.saved_config(args)
         launching.load_tensorflow()
-        from hvdtrain import predict  # nothing runs before dist.init (Horovod loads here)
+        from hvdtrain.training import predict  # nothing runs before dist.init (Horovod loads here)
         request = predict.request(args.run_dir, args.input, args.out,
                                   overwrite=args.overwrite, batch_size=args.batch_size)
     world = ranks.start(cfg, options=None)

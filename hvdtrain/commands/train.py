@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     with ranks.same_on_every_rank():
         cfg = config_from_args(args)
         launching.load_tensorflow()
-    from hvdtrain import trainer  # Horovod loads here
+    from hvdtrain.training import trainer  # Horovod loads here
 
     world = ranks.start(cfg, options=cfg.horovod, elastic=args.elastic)
     return ranks.run(world, lambda: trainer.Trainer(cfg, world, resume=args.resume,

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import checkpoints
+from hvdtrain.training import checkpoints
 from hvdtrain.data import images, records, sources
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError

@@ -15,7 +15,7 @@ import pytest
 from helpers import (EXACT, assert_ok, assert_stopped_with_one_line, hvdtrain, keras_major,
                      largest_difference, launch, relative_distance, weights, worker,
                      write_records, write_shards)
-from hvdtrain import debug
+from hvdtrain.training import debug
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 

@@ -214,7 +214,8 @@ def assert_same_as_straight(job, resumed: Path, straight: Path) -> None:
 WRONG_RESUME = """
 import sys
 import tensorflow as tf
-from hvdtrain import checkpoints, cli, rundir
+from hvdtrain import cli
+from hvdtrain.training import checkpoints, rundir
 restore, opened = checkpoints.restore, rundir.open_run_dir
 
 

@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from helpers import (assert_ok, assert_stopped_with_one_line, convert_digits, hvdtrain, launch,
                      launcher_turns)
-from hvdtrain import checkpoints, models
+from hvdtrain import models
+from hvdtrain.training import checkpoints
 from hvdtrain.data import images, records
 from hvdtrain.config import ModelConfig
 from hvdtrain.testing.digit_files import SORTED, digits_uint8, write_digit_tree

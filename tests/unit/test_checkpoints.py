@@ -1,5 +1,5 @@
-"""hvdtrain.checkpoints without MPI: what a run directory's checkpoints look like after saves,
-prunes, a crash mid-write, a second write of the same epoch and a failed write."""
+"""hvdtrain.training.checkpoints without MPI: what a run directory's checkpoints look like after
+saves, prunes, a crash mid-write, a second write of the same epoch and a failed write."""
 from __future__ import annotations
 
 import errno
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain import checkpoints
+from hvdtrain.training import checkpoints
 
 
 def state(value: float) -> tf.train.Checkpoint:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain import cli, config, preflight
+from hvdtrain import cli, config
+from hvdtrain.training import preflight
 from hvdtrain.config import overrides, presets
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError

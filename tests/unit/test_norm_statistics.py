@@ -8,7 +8,8 @@ import dataclasses
 import tensorflow as tf
 
 from hvdtrain import distributed as dist
-from hvdtrain import models, report
+from hvdtrain import models
+from hvdtrain.training import report
 from hvdtrain.config import presets
 from hvdtrain.config import ModelConfig
 

@@ -1,5 +1,5 @@
-"""The run directory: when one may be opened (hvdtrain.rundir without MPI), the record of the
-config a run started with and of each resume, the exported model; and, as one process through
+"""The run directory: when one may be opened (hvdtrain.training.rundir without MPI), the record of
+the config a run started with and of each resume, the exported model; and, as one process through
 the CLI, a resume with nothing left to train and an eval without a checkpoint."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 from helpers import (assert_ok, error_lines, exported_model, hvdtrain, launch, snapshot)
-from hvdtrain import checkpoints, models, rundir
+from hvdtrain import models
+from hvdtrain.training import checkpoints, rundir
 from hvdtrain.config import presets
 from hvdtrain.config import to_dict
 from hvdtrain.errors import UserError

@@ -94,7 +94,7 @@ def _warmup_schedule(cfg, peak_lr: float, warmup_steps: int):
     the warmup, as the digits preset is)."""
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import schedules
+    from hvdtrain.training import schedules
 
     def lr_at(step) -> float:
         return schedules.lr_at_step(int(step), base_lr=cfg.optim.lr, peak_lr=peak_lr,
@@ -125,7 +125,7 @@ def rank_hvdtrain(options: dict[str, Any]) -> None:
     """single and hvdtrain: hvdtrain's own Trainer, with its defaults."""
     if options["system"] == "single":
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, like a rank
-    from hvdtrain import trainer
+    from hvdtrain.training import trainer
     from hvdtrain import distributed as dist
     cfg = _config(options["epochs"])
     world = dist.init(device="cpu")

@@ -31,7 +31,7 @@ def rank_main(options: dict[str, Any]) -> None:
     pinned = (None if launchers.entry(options["launcher"]).binds_cores
               else launch.pin_to_own_core())
     import os
-    from hvdtrain import trainer
+    from hvdtrain.training import trainer
     from hvdtrain.config import presets
     from hvdtrain import distributed as dist  # TensorFlow and Horovod load here
 

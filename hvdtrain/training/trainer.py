@@ -16,8 +16,9 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import (callbacks, checkpoints, custom_loop, debug, evaluation, models, preflight,
-                      report, rundir, schedules)
+from hvdtrain import models
+from hvdtrain.training import (callbacks, checkpoints, custom_loop, debug, evaluation, preflight,
+                               report, rundir, schedules)
 from hvdtrain.data import images, sources
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config, to_dict

@@ -22,13 +22,14 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import checkpoints, models
+from hvdtrain import models
+from hvdtrain.training import checkpoints
 from hvdtrain.data import images, predict_inputs, sharding, sources
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
 from hvdtrain.progress import Progress
-from hvdtrain.rundir import CLASSES_FILE
+from hvdtrain.training.rundir import CLASSES_FILE
 
 DEFAULT_OUT = "predictions.csv"
 HEADER = ("input", "class", "probability")

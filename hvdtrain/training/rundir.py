@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import checkpoints
+from hvdtrain.training import checkpoints
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config, to_dict
 from hvdtrain.errors import UserError
