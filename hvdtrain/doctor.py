@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from hvdtrain import doctor_report, horovod_install, launchers, launching, placement, shipped
+from hvdtrain import doctor_report, horovod_install, shipped
+from hvdtrain.launch import launchers, rank_process, placement
 
 SMOKE_RANKS = 2
 SMOKE_TIMEOUT_S = 180
@@ -27,7 +28,7 @@ SMOKE_TIMEOUT_S = 180
 # (hvdtrain.distributed imports horovod.tensorflow), so a failure of the second keeps the first.
 PROBE = (
     "import json, importlib.metadata as m\n"
-    "from hvdtrain import launching; launching.load_tensorflow()\n"
+    "from hvdtrain.launch import rank_process; rank_process.load_tensorflow()\n"
     "import tensorflow as tf\n"
     "def have(name):\n"
     "    try: return m.version(name)\n"
@@ -55,7 +56,7 @@ class Check:
 
 def smoke_rank() -> None:
     """One rank of the smoke test: all-reduces rank + 1 and prints what it got."""
-    launching.load_tensorflow()
+    rank_process.load_tensorflow()
     import numpy as np
 
     from hvdtrain import distributed as dist

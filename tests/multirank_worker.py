@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hvdtrain import launching  # TensorFlow loads in main(), through launching
+from hvdtrain.launch import rank_process  # TensorFlow loads in main(), through rank_process
 
 
 def main() -> None:
@@ -28,8 +28,9 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
-    launching.load_tensorflow()
-    from hvdtrain import models, rank_env
+    rank_process.load_tensorflow()
+    from hvdtrain import models
+    from hvdtrain.launch import rank_env
     from hvdtrain.training import trainer
     from hvdtrain.config import presets
     from hvdtrain.data import sources
@@ -70,4 +71,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    launching.end_rank()
+    rank_process.end_rank()

@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain.errors import UserError
 from hvdtrain_bench import registry
 from hvdtrain_bench.shared import (cluster_figures, host, jobs, paper, plain_job, plans, report,
@@ -146,8 +146,8 @@ def main(args: argparse.Namespace) -> None:
         raise UserError("bench cluster runs inside the ranks your launcher starts, e.g. "
                         "mpirun -np 4 -H a:2,b:2 hvdtrain bench cluster --model ...; no "
                         "launcher's rank variable is set here")
-    from hvdtrain import launching
-    launching.load_tensorflow()         # quiet, as train's ranks load it
+    from hvdtrain.launch import rank_process
+    rank_process.load_tensorflow()         # quiet, as train's ranks load it
     from hvdtrain import models
     from hvdtrain.commands import ranks
     with ranks.same_on_every_rank():    # the same argv on every rank: rank 0 alone says it

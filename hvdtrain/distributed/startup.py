@@ -11,7 +11,7 @@ import tensorflow as tf
 # Horovod: init and this rank's place among the ranks.
 import horovod.tensorflow as hvd
 
-from hvdtrain import placement, rank_env
+from hvdtrain.launch import placement, rank_env
 from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.agreement import agree_or_fail
 from hvdtrain.distributed.binding import keras_version

@@ -60,7 +60,7 @@ class Trainer:
     def say(self, message: str) -> None:
         """Prints ``message`` on rank 0 only, a line at a time: print() of several lines writes
         the last one's newline apart, which mpirun --tag-output would tag (see
-        launching.whole_lines)."""
+        rank_process.whole_lines)."""
         if self.world.is_chief:
             for line in message.splitlines():
                 print(line, flush=True)

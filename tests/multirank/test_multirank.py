@@ -107,7 +107,7 @@ STDOUT_TAG = {"gloo": "[{rank}]<stdout>:", "mpi": "[1,{rank}]<stdout>:"}
 def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     run_dir = tmp_path / "digits"
     # PYTHONUNBUFFERED, as many images set it: print() then writes a line's text and its
-    # newline apart, and mpirun's --tag-output tagged each write (launching.whole_lines).
+    # newline apart, and mpirun's --tag-output tagged each write (rank_process.whole_lines).
     job = launch(launcher, 2, hvdtrain("train", "--preset", "digits", "--epochs", "5",
                                        "--run-dir", str(run_dir)), tag_output=True,
                  env={"PYTHONUNBUFFERED": "1"})

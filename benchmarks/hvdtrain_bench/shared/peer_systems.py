@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain_bench.shared import launch
 
 MODULE = "hvdtrain_bench.shared.peer_systems"

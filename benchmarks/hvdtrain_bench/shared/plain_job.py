@@ -50,7 +50,7 @@ def plain_job(options: dict[str, Any]) -> PlainJob:
     core = sorted(os.sched_getaffinity(0))[0]
     os.sched_setaffinity(0, {core})   # the core mpirun --bind-to core gives rank 0
     import tensorflow as tf
-    from hvdtrain import placement
+    from hvdtrain.launch import placement
     from hvdtrain.config import presets
 
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])

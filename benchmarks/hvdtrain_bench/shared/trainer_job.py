@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from hvdtrain import launchers
+from hvdtrain.launch import launchers
 from hvdtrain_bench.shared import jobs, launch, stats, steps
 from hvdtrain_bench.shared.plans import Plan, job_options
 from hvdtrain_bench.shared.workloads import Workload
