@@ -29,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
 
     rank_process.load_tensorflow()
-    from hvdtrain import models
+    from hvdtrain.models import registry
     from hvdtrain.launch import rank_env
     from hvdtrain.training import trainer
     from hvdtrain.config import presets
@@ -43,14 +43,14 @@ def main() -> None:
         {name: os.environ.get(name) for name in rank_env.RANK_ENV_DEFAULTS}))
 
     if args.perturb_nonroot and world.rank != 0:
-        original_build = models.build
+        original_build = registry.build
 
         def perturbed_build(*a, **kw):
             model = original_build(*a, **kw)
             for v in model.weights:
                 v.assign(v + 0.5 * (world.rank + 1))
             return model
-        models.build = perturbed_build
+        registry.build = perturbed_build
 
     if args.skip_allreduce:
         dist.distributed_optimizer = lambda optimizer, options=None: optimizer

@@ -148,13 +148,13 @@ def main(args: argparse.Namespace) -> None:
                         "launcher's rank variable is set here")
     from hvdtrain.launch import rank_process
     rank_process.load_tensorflow()         # quiet, as train's ranks load it
-    from hvdtrain import models
+    from hvdtrain.models import registry
     from hvdtrain.commands import ranks
     with ranks.same_on_every_rank():    # the same argv on every rank: rank 0 alone says it
         cluster_figures.input_shape(args.input_shape)
         if min(args.batch_size, args.classes, args.steps, args.repeats) < 1:
             raise UserError("--batch-size, --classes, --steps and --repeats must be >= 1")
-        models.resolve(args.model)   # before Horovod starts: every rank stops alike, at once
+        registry.resolve(args.model)   # before Horovod starts: every rank stops alike, at once
     plan = plans.Plan(world_sizes=(placement.launcher_size(),), warmup_epochs=1,
                       repeats=args.repeats, steps_per_repeat=args.steps)
     out = Path(args.out)

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import models
+from hvdtrain.models import registry
 from hvdtrain.training import checkpoints
 from hvdtrain.data import images, predict_inputs, sharding, sources
 from hvdtrain import distributed as dist
@@ -114,7 +114,7 @@ def load_model(req: Request, config: Config) -> tuple[tf.keras.Model, list[str]]
     else:
         names = class_names(req.run_dir) or sources.load(config.data, config.train.seed).names()
         tf.keras.mixed_precision.set_global_policy(config.train.precision)
-        model = models.build(config.model, sources.input_shape(config.data), len(names))
+        model = registry.build(config.model, sources.input_shape(config.data), len(names))
         assert req.checkpoint is not None  # request(): no model/ means a checkpoint
         checkpoints.restore_weights(model, req.checkpoint)
     outputs = int(model.outputs[0].shape[-1])

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import models
+from hvdtrain.models import registry
 from hvdtrain.training import (callbacks, checkpoints, custom_loop, debug, evaluation, preflight,
                                report, rundir, schedules)
 from hvdtrain.data import images, sources
@@ -256,7 +256,7 @@ class Trainer:
             tf.keras.utils.set_random_seed(cfg.train.seed)
             # float32, or float16 compute with float32 weights for the layers built next.
             tf.keras.mixed_precision.set_global_policy(cfg.train.precision)
-            model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+            model = registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
         except UserError as e:
             problem = str(e)
         if agree:
@@ -265,13 +265,13 @@ class Trainer:
             raise UserError(problem)
         assert model is not None  # built: no rank had a problem
         optimizer = self._optimizer()
-        models.compile_classifier(model, optimizer)
+        registry.compile_classifier(model, optimizer)
         optimizer.build(model.trainable_variables)
         return model, optimizer, tf.train.Checkpoint(model=model, optimizer=optimizer)
 
     def _optimizer(self) -> tf.keras.optimizers.Optimizer:
         t = self.config.train
-        base = models.base_optimizer(self.config.optim)
+        base = registry.base_optimizer(self.config.optim)
         if t.loop == "fit":
             # Horovod: all-reduce gradients each step
             return dist.distributed_optimizer(base, self.config.horovod)

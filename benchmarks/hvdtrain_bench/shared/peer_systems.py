@@ -71,14 +71,14 @@ def _keras_parts(cfg, strategy_scope):
     the whole eval set with the distributed model's current weights."""
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import models
+    from hvdtrain.models import registry
     from hvdtrain.data import sources
 
     dataset = sources.load(cfg.data, cfg.train.seed)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     with strategy_scope:
-        model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
-    twin = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+        model = registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
+    twin = registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
 
     def evaluate() -> float:
         twin.set_weights(model.get_weights())
@@ -113,9 +113,9 @@ def _warmup_schedule(cfg, peak_lr: float, warmup_steps: int):
 
 
 def _compile(model, cfg, lr) -> None:
-    """hvdtrain's own optimizer, loss and metric (models.base_optimizer, compile_classifier)."""
-    from hvdtrain import models
-    models.compile_classifier(model, models.base_optimizer(cfg.optim, learning_rate=lr))
+    """hvdtrain's own optimizer, loss and metric (registry.base_optimizer, compile_classifier)."""
+    from hvdtrain.models import registry
+    registry.compile_classifier(model, registry.base_optimizer(cfg.optim, learning_rate=lr))
 
 
 # ---------------------------------------------------------------------------------------------

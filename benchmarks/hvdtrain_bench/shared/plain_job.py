@@ -67,14 +67,14 @@ def compiled_work(cfg: Any) -> tuple[Any, Any, Any]:
     training arrays (x, y), seeded as hvdtrain seeds a run: what ``fit`` trains on one device
     (bench cluster's ranks alone too). TensorFlow's threads must be set before."""
     import tensorflow as tf
-    from hvdtrain import models
+    from hvdtrain.models import registry
     from hvdtrain.data import sources
 
     tf.keras.utils.set_random_seed(cfg.train.seed)
     dataset = sources.load(cfg.data, cfg.train.seed)
     assert isinstance(dataset.train, sources.Arrays)  # the benchmark's presets are synthetic
-    model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
-    models.compile_classifier(model, models.base_optimizer(cfg.optim))
+    model = registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
+    registry.compile_classifier(model, registry.base_optimizer(cfg.optim))
     return model, dataset.train.x, dataset.train.y
 
 

@@ -8,7 +8,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from hvdtrain import fused_norm
+from hvdtrain.models import fused_norm
 from hvdtrain.config.checks import suggest
 from hvdtrain.config import ModelConfig, OptimConfig
 from hvdtrain.errors import UserError
