@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from hvdtrain import shipped
+from hvdtrain.install import shipped
 from hvdtrain.commands import k8s
 
 NAME = "launch"

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from hvdtrain import horovod_install
+from hvdtrain.install import horovod_install
 
 if TYPE_CHECKING:
-    from hvdtrain.doctor import Check
+    from hvdtrain.install.doctor import Check
 
 BEGIN = "----- hvdtrain doctor --report: paste from here -----"
 END = "----- to here -----"

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from hvdtrain import doctor_report, horovod_install, shipped
+from hvdtrain.install import doctor_report, horovod_install, shipped
 from hvdtrain.launch import launchers, rank_process, placement
 
 SMOKE_RANKS = 2
@@ -42,7 +42,7 @@ PROBE = (
     "                  'cuda': built.get('cuda_version'), 'cudnn': built.get('cudnn_version')}),\n"
     "      flush=True)\n"
     f"{horovod_install.PROBE}\n")
-SMOKE_RANK = "from hvdtrain import doctor; doctor.smoke_rank()"
+SMOKE_RANK = "from hvdtrain.install import doctor; doctor.smoke_rank()"
 # The timed all-reduce of the smoke test (--report): 2 MiB of float64, the median of 5.
 TIMED_FLOATS, TIMED_REPEATS = 256 * 1024, 5
 
