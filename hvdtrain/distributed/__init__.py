@@ -19,8 +19,7 @@ from hvdtrain.distributed import binding
 from hvdtrain.distributed.agreement import (agree_or_fail, check_same_config, lost_a_rank,
                                             rank0_then_all)
 from hvdtrain.distributed.batch_norm import (average_statistics, normalization_statistics,
-                                             statistics_average_callback,
-                                             synchronize_batch_norm)
+                                             statistics_average_callback)
 # The Keras-dependent half: callers write dist.distributed_optimizer and so on.
 from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_variables,
                                           distributed_optimizer, distributed_tape,
@@ -31,6 +30,7 @@ from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_vari
 from hvdtrain.distributed.collectives import (allgather_object, allreduce_each, allreduce_sum,
                                               broadcast_object, join)
 from hvdtrain.distributed.reducer import reduce_gradients
+from hvdtrain.distributed.sync_batch_norm import synchronize_batch_norm
 from hvdtrain.distributed.startup import (autograph_leaves_horovod_alone,
                                           horovod_settings_in_force, init, stack_description)
 from hvdtrain.distributed.world import World, refresh_world

@@ -16,10 +16,10 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from hvdtrain.install import doctor_report, horovod_install, shipped
+from hvdtrain.install.doctor_report import Check
 from hvdtrain.launch import launchers, rank_process, placement
 
 SMOKE_RANKS = 2
@@ -45,13 +45,6 @@ PROBE = (
 SMOKE_RANK = "from hvdtrain.install import doctor; doctor.smoke_rank()"
 # The timed all-reduce of the smoke test (--report): 2 MiB of float64, the median of 5.
 TIMED_FLOATS, TIMED_REPEATS = 256 * 1024, 5
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str   # what was found; on a failure, the problem and the command that fixes it
 
 
 def smoke_rank() -> None:

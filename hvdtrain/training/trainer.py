@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from hvdtrain import files
 from hvdtrain.models import registry
 from hvdtrain.training import (callbacks, checkpoints, custom_loop, debug, evaluation, preflight,
                                report, rundir, schedules)
@@ -90,7 +91,7 @@ class Trainer:
             if self.config.run.export:
                 summary["exported_model"] = str(rundir.export(
                     setup.model, setup.run_dir, class_names=setup.dataset.names()))
-            checkpoints.write_json_atomic(setup.run_dir / "summary.json", summary)
+            files.write_json_atomic(setup.run_dir / "summary.json", summary)
             self.say(f"done: eval accuracy {result.final_eval['eval_accuracy']:.4f} on "
                      f"{result.final_eval['eval_samples']} samples, "
                      f"{summary['wall_seconds']:.1f}s, run dir {setup.run_dir}")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from hvdtrain import files
 from hvdtrain.training import checkpoints
 
 
@@ -80,7 +81,7 @@ def test_a_checkpoint_of_another_model_is_a_user_error(tmp_path):
 
 
 def test_json_is_written_whole_or_not_at_all(tmp_path):
-    checkpoints.write_json_atomic(tmp_path / "a.json", {"x": 1})
-    checkpoints.write_json_atomic(tmp_path / "a.json", {"x": 2})
+    files.write_json_atomic(tmp_path / "a.json", {"x": 1})
+    files.write_json_atomic(tmp_path / "a.json", {"x": 2})
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]  # no temporary left
