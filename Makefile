@@ -15,7 +15,7 @@ SETUP = HVDTRAIN_STACK=$(1) HVDTRAIN_VENV=$(2) bash scripts/setup.sh
 # The venv's horovodrun, hvdtrain and python must be what every rank finds on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
-# (hvdtrain/launching.py, hvdtrain/launchers.py), not here.
+# (hvdtrain/launch/rank_process.py, hvdtrain/launch/launchers.py), not here.
 
 .PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick compat image clean
 

@@ -1,5 +1,5 @@
 """The wheel carries what a checkout keeps outside the package: the launch scripts, Horovod's
-patches and the docs, copied under hvdtrain/shipped/, where hvdtrain.shipped finds them.
+patches and the docs, copied under hvdtrain/shipped/, where hvdtrain.install.shipped finds them.
 Everything else is in pyproject.toml."""
 import shutil
 import sys
@@ -9,7 +9,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 sys.path.insert(0, str(Path(__file__).parent))
-from hvdtrain.shipped import CHECKOUT_FOLDERS  # noqa: E402  (imports nothing else)
+from hvdtrain.install.shipped import CHECKOUT_FOLDERS  # noqa: E402  (imports nothing else)
 
 
 class BuildPyWithShipped(build_py):

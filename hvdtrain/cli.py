@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from hvdtrain import launching, placement
+from hvdtrain.launch import rank_process, placement
 from hvdtrain.commands import bench, data, doctor, evaluate, launch, parsing, predict, setup, train
 from hvdtrain.errors import UserError
 
@@ -61,9 +61,9 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def main() -> None:
     """The ``hvdtrain`` entry point: runs the command line and ends the process with its exit
-    status (launching.end_rank, without TensorFlow's teardown)."""
-    launching.whole_lines()
-    launching.end_rank(run())
+    status (rank_process.end_rank, without TensorFlow's teardown)."""
+    rank_process.whole_lines()
+    rank_process.end_rank(run())
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ need() {  # need COMMAND HINT: stop with HINT when COMMAND is not on PATH
 }
 
 # horovodrun loads TensorFlow to check its own build: without this its C++ start-up chatter
-# heads the output. The value is hvdtrain.launching's (tests/unit/test_run_scripts.py checks); a
+# heads the output. The value is hvdtrain.launch.rank_process's (test_run_scripts.py checks); a
 # level the user set wins.
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 

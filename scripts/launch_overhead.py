@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PATCH = ROOT / "scripts" / "patches" / "horovod-0.28.1-fast-build-check.patch"
 STACKS = {"keras3": ROOT / ".venv", "keras2": ROOT / ".venv-keras2"}
 sys.path.insert(0, str(ROOT))
-from hvdtrain.launchers import launch_env  # noqa: E402  (the run-as-root settings)
+from hvdtrain.launch.launchers import launch_env  # noqa: E402  (the run-as-root settings)
 
 
 def site_packages(venv: Path) -> Path:

@@ -6,9 +6,9 @@ against how hvdtrain does it, in interleaved rounds (usual, hvdtrain, usual, ...
 Both sides run the same training under `mpirun -np 2`; hvdtrain's side is the `hvdtrain` entry
 point, the usual side the same work through `python -c`:
   exit   `... train --preset synthetic-mlp --epochs 1`: Python's usual exit after cli.run()
-         against launching.end_rank (the entry point's).
+         against rank_process.end_rank (the entry point's).
   start  `... train --preset digits-mlp --epochs 1`: TensorFlow and scikit-learn's datasets
-         imported the usual way first (what a digits rank did before launching.load_tensorflow
+         imported the usual way first (what a digits rank did before rank_process.load_tensorflow
          and hvdtrain.data.sklearn_data) against hvdtrain's start; both exit the fast way.
   gc     `... train --preset digits-mlp --epochs 1`: the garbage collector left on while
          TensorFlow loads against load_tensorflow's (off, then gc.freeze).
@@ -43,16 +43,16 @@ class Comparison:
 COMPARISONS = {
     "exit": Comparison("--preset synthetic-mlp",
                        "import sys; from hvdtrain import cli; sys.exit(cli.run())",
-                       "Python's usual exit", "hvdtrain's (`launching.end_rank`)"),
+                       "Python's usual exit", "hvdtrain's (`rank_process.end_rank`)"),
     "start": Comparison("--preset digits-mlp",
                         "import tensorflow, sklearn.datasets; from hvdtrain import cli; cli.main()",
                         "TensorFlow and scikit-learn's datasets imported the usual way",
-                        "hvdtrain's start (`launching.load_tensorflow`, `sklearn_data`)"),
+                        "hvdtrain's start (`rank_process.load_tensorflow`, `sklearn_data`)"),
     "gc": Comparison("--preset digits-mlp",
                      "import gc; gc.disable = gc.freeze = lambda: None; "
                      "from hvdtrain import cli; cli.main()",
                      "Python's garbage collector on while TensorFlow loads",
-                     "off, then what the import made frozen (`launching.load_tensorflow`)"),
+                     "off, then what the import made frozen (`rank_process.load_tensorflow`)"),
     "autograph": Comparison("--preset digits-mlp --loop custom",
                             "from hvdtrain import cli, dist; "
                             "dist.autograph_leaves_horovod_alone = lambda: None; cli.main()",

@@ -127,7 +127,7 @@ fi
 
 # 4. Horovod, built from source against that TensorFlow with both MPI and Gloo controllers,
 # patched where that TensorFlow needs it, horovodrun's build check made fast; nothing is rebuilt
-# when it works. The same step as a user's `hvdtrain setup horovod` (hvdtrain/horovod_install.py),
+# when it works. The same step as a user's `hvdtrain setup horovod` (hvdtrain/install/horovod_install.py),
 # run from the checkout.
 "$PY" -m hvdtrain.cli setup horovod || die "the Horovod build failed (its output is above)"
 

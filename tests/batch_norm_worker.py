@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hvdtrain import launching  # TensorFlow loads in main(), through launching
+from hvdtrain.launch import rank_process  # TensorFlow loads in main(), through rank_process
 
 SHAPE, CLASSES, SAMPLES = (6, 6, 2), 4, 64
 
@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
-    launching.load_tensorflow()
+    rank_process.load_tensorflow()
     from hvdtrain import distributed as dist
     from hvdtrain.distributed.batch_norm import StatisticsAverage
     world = dist.init()
@@ -135,4 +135,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    launching.end_rank()
+    rank_process.end_rank()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hvdtrain import launching  # TensorFlow loads in main(), through launching
+from hvdtrain.launch import rank_process  # TensorFlow loads in main(), through rank_process
 
 SAMPLES, FEATURES, VOCAB, CLASSES = 64, 6, 64, 4
 
@@ -120,7 +120,7 @@ def main() -> None:
                         help="the controls: the no-Input case under the broadcasts of earlier "
                              "versions (Keras 3)")
     args = parser.parse_args()
-    launching.load_tensorflow()
+    rank_process.load_tensorflow()
     import tensorflow as tf
     from hvdtrain import distributed as dist
     from hvdtrain.config import HorovodConfig

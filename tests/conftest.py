@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from helpers import LAUNCHERS, keras_major, skip_unless_optional
-from hvdtrain import launching
+from hvdtrain.launch import rank_process
 
 
 def pytest_configure(config) -> None:
-    launching.quiet_tensorflow()  # before any test module loads TensorFlow
+    rank_process.quiet_tensorflow()  # before any test module loads TensorFlow
 
 
 # --launcher-turns: the main stack's lanes, and the other stack's.
@@ -127,6 +127,6 @@ def small_disk(tmp_path):
 def pytest_collection_finish(session) -> None:
     # What collection imported (TensorFlow with its thousands of modules, the test modules)
     # lives as long as the session: out of the garbage collector's sight, as
-    # launching.load_tensorflow does in a rank, so that each full collection during the tests
+    # rank_process.load_tensorflow does in a rank, so that each full collection during the tests
     # scans what the tests made, not all of TensorFlow again.
     gc.freeze()

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hvdtrain import launching  # TensorFlow loads in main(), through launching
+from hvdtrain.launch import rank_process  # TensorFlow loads in main(), through rank_process
 
 FEATURES, CLASSES, BATCH, STEPS, RANKS = 16, 4, 8, 4, 2
 ROWS = STEPS * RANKS * BATCH           # 64 rows: 4 global batches of 16
@@ -720,7 +720,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--cases", default="", help="comma-separated names (default: all)")
     args = parser.parse_args()
-    launching.load_tensorflow()
+    rank_process.load_tensorflow()
     import tensorflow as tf
     from hvdtrain import distributed as dist
     world = dist.init(device="cpu", stall_warning_s=STALL_WARNING_S, stall_abort_s=STALL_ABORT_S)
@@ -742,4 +742,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    launching.end_rank()
+    rank_process.end_rank()

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from hvdtrain import launchers
+from hvdtrain.launch import launchers
 from hvdtrain.testing.jobs import (JOB_TAG, Job, JobTimedOut, Launched,  # noqa: F401
                                    run_job, tagged_processes)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hvdtrain import launching  # TensorFlow loads in main(), through launching
+from hvdtrain.launch import rank_process  # TensorFlow loads in main(), through rank_process
 
 
 def main() -> None:
@@ -28,8 +28,11 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
-    launching.load_tensorflow()
-    from hvdtrain import models, presets, rank_env, trainer
+    rank_process.load_tensorflow()
+    from hvdtrain.models import registry
+    from hvdtrain.launch import rank_env
+    from hvdtrain.training import trainer
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     from hvdtrain import distributed as dist
     cfg = presets.build_config(args.preset, None, args.assignments)
@@ -40,14 +43,14 @@ def main() -> None:
         {name: os.environ.get(name) for name in rank_env.RANK_ENV_DEFAULTS}))
 
     if args.perturb_nonroot and world.rank != 0:
-        original_build = models.build
+        original_build = registry.build
 
         def perturbed_build(*a, **kw):
             model = original_build(*a, **kw)
             for v in model.weights:
                 v.assign(v + 0.5 * (world.rank + 1))
             return model
-        models.build = perturbed_build
+        registry.build = perturbed_build
 
     if args.skip_allreduce:
         dist.distributed_optimizer = lambda optimizer, options=None: optimizer
@@ -68,4 +71,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    launching.end_rank()
+    rank_process.end_rank()

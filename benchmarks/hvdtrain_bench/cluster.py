@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain.errors import UserError
 from hvdtrain_bench import registry
 from hvdtrain_bench.shared import (cluster_figures, host, jobs, paper, plain_job, plans, report,
@@ -36,7 +36,7 @@ BASE_PRESET = "synthetic-mlp"     # a synthetic-data preset; the model and input
 def job_config(args: argparse.Namespace, ranks: int, plan: plans.Plan, run_dir: Path) -> Any:
     """The Trainer's config for a job of ``ranks`` ranks: ``args``' model, input and batch on
     synthetic data, each rank ``plan.steps_per_repeat`` + 1 batches an epoch."""
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     work = Workload(args.model, BASE_PRESET, args.batch_size,
                     cluster_figures.input_shape(args.input_shape), args.classes)
     return presets.build_config(BASE_PRESET, assignments=[
@@ -58,7 +58,7 @@ def alone(cfg: Any, plan: plans.Plan) -> tuple[dict[str, list[float]], int]:
 
 def rank_main(args: argparse.Namespace, plan: plans.Plan, out: Path) -> None:
     """One rank: alone, then in the job; rank 0 writes what every rank timed."""
-    from hvdtrain import trainer
+    from hvdtrain.training import trainer
     from hvdtrain import distributed as dist
     from hvdtrain.commands import ranks
 
@@ -146,15 +146,15 @@ def main(args: argparse.Namespace) -> None:
         raise UserError("bench cluster runs inside the ranks your launcher starts, e.g. "
                         "mpirun -np 4 -H a:2,b:2 hvdtrain bench cluster --model ...; no "
                         "launcher's rank variable is set here")
-    from hvdtrain import launching
-    launching.load_tensorflow()         # quiet, as train's ranks load it
-    from hvdtrain import models
+    from hvdtrain.launch import rank_process
+    rank_process.load_tensorflow()         # quiet, as train's ranks load it
+    from hvdtrain.models import registry
     from hvdtrain.commands import ranks
     with ranks.same_on_every_rank():    # the same argv on every rank: rank 0 alone says it
         cluster_figures.input_shape(args.input_shape)
         if min(args.batch_size, args.classes, args.steps, args.repeats) < 1:
             raise UserError("--batch-size, --classes, --steps and --repeats must be >= 1")
-        models.resolve(args.model)   # before Horovod starts: every rank stops alike, at once
+        registry.resolve(args.model)   # before Horovod starts: every rank stops alike, at once
     plan = plans.Plan(world_sizes=(placement.launcher_size(),), warmup_epochs=1,
                       repeats=args.repeats, steps_per_repeat=args.steps)
     out = Path(args.out)

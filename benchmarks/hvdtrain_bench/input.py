@@ -150,14 +150,15 @@ def step_rates(preset: str, plan: Plan) -> tuple[dict[str, Any], list[float]]:
     """The preset's model and optimizer, training on one batch held in memory."""
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import models, presets
+    from hvdtrain.models import registry
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
 
     cfg = presets.build_config(preset)
     shape, batch = sources.input_shape(cfg.data), cfg.train.batch_size
     tf.keras.utils.set_random_seed(SEED)
-    model = models.build(cfg.model, shape, 10)
-    models.compile_classifier(model, models.base_optimizer(cfg.optim))
+    model = registry.build(cfg.model, shape, 10)
+    registry.compile_classifier(model, registry.base_optimizer(cfg.optim))
     rng = np.random.default_rng(SEED)
     one = tf.data.Dataset.from_tensors((rng.random((batch, *shape), np.float32),
                                         rng.integers(0, 10, batch).astype(np.int32))).repeat()
@@ -175,7 +176,7 @@ def step_rates(preset: str, plan: Plan) -> tuple[dict[str, Any], list[float]]:
 
 def rank_main(options: dict[str, Any]) -> None:
     cores = _bind(options["threads"])
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     plan = Plan(**{**options["plan"], "presets": tuple(options["plan"]["presets"])})
     steps, inputs = [], []

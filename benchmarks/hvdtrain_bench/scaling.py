@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from hvdtrain import launchers
+from hvdtrain.launch import launchers
 from hvdtrain_bench import registry
 from hvdtrain_bench.shared import (arguments, horovod_synthetic, host, plain_job, plans, plots,
                                    report, stats, steps, targets, trainer_job)
@@ -138,7 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arguments.add_models(parser)
     parser.add_argument("--world-sizes", default="1,2", help="comma list (default 1,2)")
     parser.add_argument("--launcher", choices=launchers.MULTI_RANK, default="mpi",
-                        help="a multi-rank launcher of hvdtrain/launchers.py (default mpi: "
+                        help="a multi-rank launcher of hvdtrain/launch/launchers.py (default mpi: "
                              "mpirun --bind-to core; gloo: horovodrun)")
     parser.add_argument("--horovod-synthetic", metavar="PATH", type=Path,
                         help="Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark"

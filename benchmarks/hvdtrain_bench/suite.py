@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain.errors import UserError
 from hvdtrain_bench import registry
 from hvdtrain_bench.shared import host, jobs, report

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from hvdtrain import config as config_lib
-from hvdtrain import launching, overrides
+from hvdtrain.launch import rank_process
+from hvdtrain.config import overrides
 from hvdtrain.commands.parsing import Parser
 
 NAME = "data"
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     shape = (overrides.parse_value("--image-shape", args.image_shape, tuple[int, ...])
              if args.image_shape else None)
-    launching.load_tensorflow()
+    rank_process.load_tensorflow()
     from hvdtrain.data import convert
 
     meta = convert.convert(args.src, args.dst, shards=args.shards, image_shape=shape,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from hvdtrain import doctor
+from hvdtrain.install import doctor
 
 NAME = "doctor"
 HELP = ("check this environment: Python, TensorFlow, Keras, Horovod's ops, MPI and Gloo, GPUs, "

@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hvdtrain import launching
+from hvdtrain.launch import rank_process
 from hvdtrain.commands import ranks
 
 NAME = "eval"
@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     with ranks.same_on_every_rank():
         cfg = ranks.saved_config(args)
-        launching.load_tensorflow()
-    from hvdtrain import trainer  # Horovod loads here
+        rank_process.load_tensorflow()
+    from hvdtrain.training import trainer  # Horovod loads here
 
     world = ranks.start(cfg, options=None)
 

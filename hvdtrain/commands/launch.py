@@ -1,12 +1,13 @@
 """``hvdtrain launch local|hostfile|elastic|slurm|discover-hosts``: the launch scripts of
 run_scripts/, reachable after a pip install (the wheel ships them under hvdtrain/shipped/);
-``hvdtrain launch k8s``: a Kubeflow MPIJob that runs the hostfile one (hvdtrain/k8s.py)."""
+``hvdtrain launch k8s``: a Kubeflow MPIJob that runs the hostfile one (hvdtrain/commands/k8s.py)."""
 from __future__ import annotations
 
 import argparse
 import os
 
-from hvdtrain import k8s, shipped
+from hvdtrain.install import shipped
+from hvdtrain.commands import k8s
 
 NAME = "launch"
 HELP = ("run a launch script: local (N ranks here, MPI or else Gloo), hostfile (MPI over "

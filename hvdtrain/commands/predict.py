@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from hvdtrain import launching
+from hvdtrain.launch import rank_process
 from hvdtrain.commands import ranks
 
 NAME = "predict"
@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     with ranks.same_on_every_rank():
         cfg = ranks.saved_config(args)
-        launching.load_tensorflow()
-        from hvdtrain import predict  # nothing runs before dist.init (Horovod loads here)
+        rank_process.load_tensorflow()
+        from hvdtrain.training import predict  # nothing runs before dist.init (Horovod loads here)
         request = predict.request(args.run_dir, args.input, args.out,
                                   overwrite=args.overwrite, batch_size=args.batch_size)
     world = ranks.start(cfg, options=None)

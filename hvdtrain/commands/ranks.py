@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn
 
 from hvdtrain import config as config_lib
-from hvdtrain import overrides
+from hvdtrain.config import overrides
 from hvdtrain.errors import UserError
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from hvdtrain import horovod_install
+from hvdtrain.install import horovod_install
 
 NAME = "setup"
 HELP = (f"build Horovod {horovod_install.HOROVOD_VERSION} against this environment's "

@@ -5,7 +5,8 @@ import argparse
 from typing import Any
 
 from hvdtrain import config as config_lib
-from hvdtrain import launching, overrides, presets
+from hvdtrain.launch import rank_process
+from hvdtrain.config import overrides, presets
 from hvdtrain.commands import ranks
 
 NAME = "train"
@@ -63,8 +64,8 @@ def config_from_args(args: argparse.Namespace) -> config_lib.Config:
 def run(args: argparse.Namespace) -> int:
     with ranks.same_on_every_rank():
         cfg = config_from_args(args)
-        launching.load_tensorflow()
-    from hvdtrain import trainer  # Horovod loads here
+        rank_process.load_tensorflow()
+    from hvdtrain.training import trainer  # Horovod loads here
 
     world = ranks.start(cfg, options=cfg.horovod, elastic=args.elastic)
     return ranks.run(world, lambda: trainer.Trainer(cfg, world, resume=args.resume,

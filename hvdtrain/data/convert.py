@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import checkpoints
+from hvdtrain import files
 from hvdtrain.data import images, records, sources
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
@@ -143,5 +143,5 @@ def _write(dataset: sources.DataSet, folder: Path, shards: int, seed: int,
             "image_shape": list(dataset.input_shape), "class_names": dataset.names(),
             "train_files": train_files, "train_counts": train_counts,
             "eval_files": eval_files, "eval_counts": eval_counts}
-    checkpoints.write_json_atomic(folder / records.SIDECAR, meta)
+    files.write_json_atomic(folder / records.SIDECAR, meta)
     return meta

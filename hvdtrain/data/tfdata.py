@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 
 
 AUTO_CACHE_BYTES = 1 << 30    # data.cache=auto: a rank's decoded share (float32) up to 1 GiB

@@ -14,8 +14,8 @@ hvdtrain's trainer) before every evaluation, at each epoch's end and at the end 
 
 ``SyncBatchNormalization`` (Keras 3; Keras 2 uses Horovod's own, see ``binding``) computes a
 training step's moments over the global batch, so N ranks at batch B normalize as one rank at
-N x B does; ``synchronize_batch_norm`` turns a built model's ``BatchNormalization`` layers
-into it (``model.sync_batch_norm``).
+N x B does; ``sync_batch_norm.synchronize_batch_norm`` turns a built model's
+``BatchNormalization`` layers into it (``model.sync_batch_norm``).
 """
 from __future__ import annotations
 
@@ -151,26 +151,3 @@ class SyncBatchNormalization(tf.keras.layers.BatchNormalization):
         # var = E(x^2) - E(x)^2, as Keras' own synchronized moments
         variance = tf.maximum(tf.math.divide_no_nan(squares, count) - tf.square(mean), 0.0)
         return tf.squeeze(mean, axes), tf.squeeze(variance, axes)
-
-
-def synchronize_batch_norm(model: tf.keras.Model) -> int:
-    """Every ``BatchNormalization`` layer of ``model`` (nested ones included) computes its
-    training moments over all ranks from now on, as this stack's synchronized layer; returns
-    how many. Its variables, config and weights stay as they are. Call it once the model is
-    built, before the first training step."""
-    # The seam, which imports this module: asked here, not at import.
-    from hvdtrain.distributed.binding import sync_batch_normalization_class
-    layer_class = sync_batch_normalization_class()
-    count = 0
-    for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, tf.keras.layers.BatchNormalization) and not isinstance(
-                layer, layer_class):
-            # The instance's class swapped: the layer keeps its variables (a copy built from
-            # its config would need the model rebuilt around it). Its fused call, if any
-            # (fused_norm, Keras 2's own), would never reach the synchronized moments.
-            vars(layer).pop("call", None)
-            if getattr(layer, "fused", None):
-                object.__setattr__(layer, "fused", False)
-            object.__setattr__(layer, "__class__", layer_class)
-            count += 1
-    return count

@@ -16,9 +16,9 @@ import tensorflow as tf
 # Horovod: plain collectives on tensors; no Keras inside.
 import horovod.tensorflow as hvd
 
-from hvdtrain import rank_env
+from hvdtrain.launch import rank_env
 from hvdtrain.errors import UserError
-from hvdtrain.watchdog import StallWatchdog
+from hvdtrain.launch.watchdog import StallWatchdog
 
 
 def broadcast_by_position(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:

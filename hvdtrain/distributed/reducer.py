@@ -19,7 +19,7 @@ import horovod.tensorflow as hvd
 from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
-from hvdtrain.rank_env import MB
+from hvdtrain.launch.rank_env import MB
 
 T = TypeVar("T")
 # The gradients distributed tapes returned, by id (weakly: they go when the step drops them).

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from hvdtrain import launchers
+from hvdtrain.launch import launchers
 
 JOB_TAG = "HVDTRAIN_JOB"    # in the environment of every process a job starts
 _JOB_NUMBERS = itertools.count(1)

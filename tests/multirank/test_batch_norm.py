@@ -94,7 +94,7 @@ CLI_TRAIN = ["train", "--preset", "digits", "--epochs", "2", "--model",
 def eval_loss_of_export(run_dir: Path) -> float:
     """The exported model's mean loss on the eval set, in this process."""
     import tensorflow as tf
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     evaluation = sources.load(presets.digits().data, seed=42).eval
     logits = exported_model(run_dir).predict(evaluation.x, batch_size=256, verbose=0)

@@ -15,7 +15,7 @@ import pytest
 from helpers import (EXACT, assert_ok, assert_stopped_with_one_line, hvdtrain, keras_major,
                      largest_difference, launch, relative_distance, weights, worker,
                      write_records, write_shards)
-from hvdtrain import debug
+from hvdtrain.training import debug
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
@@ -144,13 +144,14 @@ PLAIN_SGD = ["optim.momentum=0", "optim.lr_scaling=none", "optim.warmup_epochs=0
 def initial_model(preset: str, assignments: list[str]):
     """The config, the data and the model every rank starts from (as Trainer builds them)."""
     import tensorflow as tf
-    from hvdtrain import models, presets
+    from hvdtrain.models import registry
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     cfg = presets.build_config(preset, None, assignments)
     dataset = sources.load(cfg.data, cfg.train.seed)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     tf.keras.mixed_precision.set_global_policy("float32")
-    return cfg, dataset, models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+    return cfg, dataset, registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
 
 
 def local_gradients(model, x, y) -> list[np.ndarray]:

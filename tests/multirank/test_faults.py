@@ -19,7 +19,7 @@ import pytest
 
 from helpers import (BIN, Job, ROOT, assert_ok, assert_stopped_with_one_line, hvdtrain,
                      importable_from, launch, launch_command, snapshot, weights)
-from hvdtrain import checkpoints, debug
+from hvdtrain.training import checkpoints, debug
 
 pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.beside]
 
@@ -139,7 +139,8 @@ def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path
 
 KILLED_WHILE_WRITING = """
 import sys, time
-from hvdtrain import checkpoints, cli
+from hvdtrain import cli
+from hvdtrain.training import checkpoints
 original = checkpoints._write_json
 def write_slowly(path, obj):
     if obj.get("epochs_done") == 3:  # the weights are written, meta.json is next

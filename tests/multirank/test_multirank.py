@@ -107,7 +107,7 @@ STDOUT_TAG = {"gloo": "[{rank}]<stdout>:", "mpi": "[1,{rank}]<stdout>:"}
 def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     run_dir = tmp_path / "digits"
     # PYTHONUNBUFFERED, as many images set it: print() then writes a line's text and its
-    # newline apart, and mpirun's --tag-output tagged each write (launching.whole_lines).
+    # newline apart, and mpirun's --tag-output tagged each write (rank_process.whole_lines).
     job = launch(launcher, 2, hvdtrain("train", "--preset", "digits", "--epochs", "5",
                                        "--run-dir", str(run_dir)), tag_output=True,
                  env={"PYTHONUNBUFFERED": "1"})
@@ -144,7 +144,7 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["train"]["epochs"] == 5
 
     # The exported model is the trained one: it scores the reported accuracy on its own.
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     from hvdtrain.data import sources
     model = exported_model(run_dir)
     evaluation = sources.load(presets.digits().data, seed=42).eval
@@ -214,7 +214,8 @@ def assert_same_as_straight(job, resumed: Path, straight: Path) -> None:
 WRONG_RESUME = """
 import sys
 import tensorflow as tf
-from hvdtrain import checkpoints, cli, rundir
+from hvdtrain import cli
+from hvdtrain.training import checkpoints, rundir
 restore, opened = checkpoints.restore, rundir.open_run_dir
 
 

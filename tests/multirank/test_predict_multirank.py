@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from helpers import (assert_ok, assert_stopped_with_one_line, convert_digits, hvdtrain, launch,
                      launcher_turns)
-from hvdtrain import checkpoints, models
+from hvdtrain.models import registry
+from hvdtrain.training import checkpoints
 from hvdtrain.data import images, records
 from hvdtrain.config import ModelConfig
 from hvdtrain.testing.digit_files import SORTED, digits_uint8, write_digit_tree
@@ -69,7 +70,7 @@ def _model_outputs(model: tf.keras.Model, kind: str, where: Path) -> tuple[list[
 
 
 def _checkpoint_model(run: Path, epoch: int) -> tf.keras.Model:
-    model = models.build(ModelConfig(name="mlp"), SHAPE, 10)   # the digits-mlp preset's
+    model = registry.build(ModelConfig(name="mlp"), SHAPE, 10)   # the digits-mlp preset's
     checkpoints.restore_weights(model, run / "checkpoints" / f"epoch-{epoch:04d}")
     return model
 

@@ -9,7 +9,8 @@ import random
 import pytest
 
 from hvdtrain import distributed as dist
-from hvdtrain import presets, report
+from hvdtrain.training import report
+from hvdtrain.config import presets
 from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.reducer import buckets
 from hvdtrain.errors import UserError

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain import schedules, watchdog as watchdog_module
-from hvdtrain.callbacks import ExactEvaluation, LearningRateSchedule, ProgressLine
-from hvdtrain.watchdog import STALL_EXIT_CODE, StallWatchdog
+from hvdtrain.launch import watchdog as watchdog_module
+from hvdtrain.training import schedules
+from hvdtrain.training.callbacks import ExactEvaluation, LearningRateSchedule, ProgressLine
+from hvdtrain.launch.watchdog import STALL_EXIT_CODE, StallWatchdog
 
 
 class FakeClock:

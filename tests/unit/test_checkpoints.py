@@ -1,5 +1,5 @@
-"""hvdtrain.checkpoints without MPI: what a run directory's checkpoints look like after saves,
-prunes, a crash mid-write, a second write of the same epoch and a failed write."""
+"""hvdtrain.training.checkpoints without MPI: what a run directory's checkpoints look like after
+saves, prunes, a crash mid-write, a second write of the same epoch and a failed write."""
 from __future__ import annotations
 
 import errno
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain import checkpoints
+from hvdtrain import files
+from hvdtrain.training import checkpoints
 
 
 def state(value: float) -> tf.train.Checkpoint:
@@ -80,7 +81,7 @@ def test_a_checkpoint_of_another_model_is_a_user_error(tmp_path):
 
 
 def test_json_is_written_whole_or_not_at_all(tmp_path):
-    checkpoints.write_json_atomic(tmp_path / "a.json", {"x": 1})
-    checkpoints.write_json_atomic(tmp_path / "a.json", {"x": 2})
+    files.write_json_atomic(tmp_path / "a.json", {"x": 1})
+    files.write_json_atomic(tmp_path / "a.json", {"x": 2})
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]  # no temporary left

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from hvdtrain import cli, config, overrides, presets
+from hvdtrain import cli, config
+from hvdtrain.config import overrides, presets
 from hvdtrain.errors import UserError
 
 

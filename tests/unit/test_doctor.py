@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import BIN, ROOT, launcher_env, run_job, skip_unless_optional
-from hvdtrain import doctor, doctor_report, horovod_install
+from hvdtrain.install import doctor, doctor_report, horovod_install
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 

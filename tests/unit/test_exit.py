@@ -1,4 +1,4 @@
-"""launching.end_rank: a finished rank, or one stopped by a user error, skips Python's teardown
+"""rank_process.end_rank: a finished rank, or one stopped by a user error, skips Python's teardown
 of TensorFlow's modules, and loses nothing the usual exit would give: exit handlers run,
 buffered output is written, a thread still working is waited for, and a file still open for
 writing is written out."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 PROGRAM = """
 import atexit, os, sys, threading, time, types
-from hvdtrain import launching
+from hvdtrain.launch import rank_process
 
 out = sys.argv[1]
 touch = lambda name: open(f"{out}/{name}", "w").close()
@@ -38,7 +38,7 @@ class TornDown:  # only Python's teardown of this module calls this
 kept = TornDown(f"{out}/teardown")
 atexit.register(touch, "atexit")
 sys.stdout.write("buffered, not flushed")
-launching.end_rank(2 if "error" in sys.argv else 0)
+rank_process.end_rank(2 if "error" in sys.argv else 0)
 """
 
 

@@ -1,6 +1,6 @@
-"""hvdtrain.fused_norm: a Keras 3 model's BatchNormalization on TensorFlow's fused kernel trains
-to the same weights and moving statistics as Keras's own, saves as Keras's own layer, and is
-what models.build gives (Keras 2 fuses by itself)."""
+"""hvdtrain.models.fused_norm: a Keras 3 model's BatchNormalization on TensorFlow's fused kernel
+trains to the same weights and moving statistics as Keras's own, saves as Keras's own layer, and is
+what registry.build gives (Keras 2 fuses by itself)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from helpers import largest_difference
 
-from hvdtrain import fused_norm, models
+from hvdtrain.models import fused_norm, registry
 from hvdtrain.config import ModelConfig
 
 layers = tf.keras.layers
@@ -104,7 +104,7 @@ def test_subclasses_keep_their_call_and_keras2_fuses_by_itself():
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_models_build_trains_on_the_fused_kernel_unless_turned_off(fused):
-    model = models.build(ModelConfig(name="resnet_small", width=8, fused_batch_norm=fused),
+    model = registry.build(ModelConfig(name="resnet_small", width=8, fused_batch_norm=fused),
                          (8, 8, 3), 4)
     # Keras 2 (TensorFlow 2.15) fuses by itself; on Keras 3 the config decides.
     expected = fused or not fused_norm.keras3()

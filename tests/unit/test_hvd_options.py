@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain import cli, config, overrides, preflight, presets
+from hvdtrain import cli, config
+from hvdtrain.training import preflight
+from hvdtrain.config import overrides, presets
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
 

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from helpers import shard_logged
-from hvdtrain import rundir
+from hvdtrain.training import rundir
 from hvdtrain.data import images, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import NAMES, SORTED, digits_uint8, sample_photos, write_digits

@@ -13,7 +13,8 @@ import json
 import pytest
 import yaml
 
-from hvdtrain import cli, k8s
+from hvdtrain import cli
+from hvdtrain.commands import k8s
 from helpers import TESTS
 from openapi_schema import problems
 

@@ -81,7 +81,7 @@ def test_control_a_module_left_out_or_gone_is_caught(tmp_path):
     # A module the map lost (its line cut out), and a module of the map the tree lost.
     cut = "\n".join(line for line in doc.splitlines()
                     if not line.strip().startswith("watchdog.py"))
-    assert unmapped(cut, ROOT) == ["hvdtrain/watchdog.py"]
+    assert unmapped(cut, ROOT) == ["hvdtrain/launch/watchdog.py"]
     renamed = doc.replace("watchdog.py", "stall_watch.py")
     assert stale(renamed, ROOT) == ["hvdtrain: stall_watch.py"]
     # A module named in another folder's entry does not count for its own.

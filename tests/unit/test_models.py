@@ -1,5 +1,5 @@
-"""hvdtrain.models: every registered model builds and outputs [batch, num_classes] logits; user
-models given as package.module:function; every user mistake is a UserError."""
+"""hvdtrain.models.registry: every registered model builds and outputs [batch, num_classes]
+logits; user models given as package.module:function; every user mistake is a UserError."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain import models
+from hvdtrain.models import registry
 from hvdtrain.config import ModelConfig
 from hvdtrain.errors import UserError
 
@@ -46,8 +46,8 @@ CASES = [
 
 @pytest.mark.parametrize("name, input_shape, num_classes", CASES)
 def test_registered_models_output_logits(name, input_shape, num_classes):
-    assert name in models.REGISTRY
-    model = models.build(ModelConfig(name=name, width=16), input_shape, num_classes)
+    assert name in registry.REGISTRY
+    model = registry.build(ModelConfig(name=name, width=16), input_shape, num_classes)
     _assert_logits(model, input_shape, num_classes)
 
 
@@ -58,15 +58,15 @@ def uncovered(cases: list, registry: dict) -> set[str]:
 def test_every_registered_model_is_covered():
     # Held to the registry itself, not to a copy of its names: a model added to the registry
     # without a case here fails.
-    assert uncovered(CASES, models.REGISTRY) == set()
+    assert uncovered(CASES, registry.REGISTRY) == set()
     # Control: a case dropped, or a model registered with no case, is caught.
-    assert uncovered([c for c in CASES if c[0] != "resnet50"], models.REGISTRY) == {"resnet50"}
-    assert uncovered(CASES, {**models.REGISTRY, "vit": None}) == {"vit"}
+    assert uncovered([c for c in CASES if c[0] != "resnet50"], registry.REGISTRY) == {"resnet50"}
+    assert uncovered(CASES, {**registry.REGISTRY, "vit": None}) == {"vit"}
 
 
 def test_embedding_model_has_sparse_gradients_on_its_table():
     # What horovod.sparse_as_dense is for: the table's gradient holds only the rows looked up.
-    model = models.build(ModelConfig(name="embedding", width=32), (8, 8, 1), 10)
+    model = registry.build(ModelConfig(name="embedding", width=32), (8, 8, 1), 10)
     x = np.random.default_rng(0).random((4, 8, 8, 1), dtype=np.float32)
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(model(x))
@@ -77,12 +77,12 @@ def test_embedding_model_has_sparse_gradients_on_its_table():
 
 
 def test_mlp_width_and_dropout_follow_the_config():
-    model = models.build(ModelConfig(name="mlp", width=16), (64,), 10)
+    model = registry.build(ModelConfig(name="mlp", width=16), (64,), 10)
     dense = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Dense)]
     assert [layer.units for layer in dense] == [32, 16, 10]
     assert model.count_params() == (64 * 32 + 32) + (32 * 16 + 16) + (16 * 10 + 10)
     assert not any(isinstance(layer, tf.keras.layers.Dropout) for layer in model.layers)
-    with_dropout = models.build(ModelConfig(name="mlp", width=16, dropout=0.5), (64,), 10)
+    with_dropout = registry.build(ModelConfig(name="mlp", width=16, dropout=0.5), (64,), 10)
     drops = [layer for layer in with_dropout.layers if isinstance(layer, tf.keras.layers.Dropout)]
     assert len(drops) == 1 and drops[0].rate == 0.5
 
@@ -97,7 +97,7 @@ def test_mlp_width_and_dropout_follow_the_config():
 ])
 def test_model_refuses_an_input_shape_with_a_user_error(name, input_shape):
     with pytest.raises(UserError) as info:
-        models.build(ModelConfig(name=name), input_shape, 10)
+        registry.build(ModelConfig(name=name), input_shape, 10)
     message = str(info.value)
     assert name in message and str(input_shape) in message
     assert "mlp takes any shape" in message                  # says what to do instead
@@ -105,15 +105,15 @@ def test_model_refuses_an_input_shape_with_a_user_error(name, input_shape):
 
 def test_unknown_model_suggests_the_closest_name():
     with pytest.raises(UserError) as info:
-        models.build(ModelConfig(name="cnnn"), (8, 8, 1), 10)
+        registry.build(ModelConfig(name="cnnn"), (8, 8, 1), 10)
     message = str(info.value)
     assert "unknown model 'cnnn'" in message
     assert "did you mean 'cnn'?" in message
     assert "package.module:function" in message
     with pytest.raises(UserError, match="did you mean 'resnet50'"):
-        models.resolve("resnet5")
+        registry.resolve("resnet5")
     with pytest.raises(UserError) as far:
-        models.resolve("transformer")
+        registry.resolve("transformer")
     assert "did you mean" not in str(far.value) and "mlp, cnn" in str(far.value)
 
 
@@ -185,7 +185,7 @@ def user_package(tmp_path, monkeypatch):
 
 
 def test_user_model_builds(user_package):
-    model = models.build(ModelConfig(name=f"{user_package}:tiny"), (6, 5), 7)
+    model = registry.build(ModelConfig(name=f"{user_package}:tiny"), (6, 5), 7)
     assert model.name == "tiny"
     _assert_logits(model, (6, 5), 7)
     assert sys.modules[user_package].CALLS == [((6, 5), 7)]   # got the shape and class count
@@ -203,7 +203,7 @@ def test_user_model_builds(user_package):
 def test_user_model_mistakes_are_user_errors(user_package, function, phrase):
     name = f"{user_package}:{function}"
     with pytest.raises(UserError) as info:
-        models.build(ModelConfig(name=name), (6, 5), 7)
+        registry.build(ModelConfig(name=name), (6, 5), 7)
     assert phrase in str(info.value)
     assert name in str(info.value)                            # names the model it refers to
 
@@ -211,29 +211,29 @@ def test_user_model_mistakes_are_user_errors(user_package, function, phrase):
 def test_user_model_output_must_be_batch_by_classes(user_package):
     # Last axis right, but [batch, 6, 7] is not one logit vector per sample.
     with pytest.raises(UserError, match=r"must output \[batch, 7\] logits"):
-        models.build(ModelConfig(name=f"{user_package}:forgot_flatten"), (6, 5), 7)
+        registry.build(ModelConfig(name=f"{user_package}:forgot_flatten"), (6, 5), 7)
 
 
 def test_user_model_without_known_shapes_is_a_user_error(user_package):
     # A Sequential without an Input layer has no output shape yet: that must be reported as a
     # UserError, not an AttributeError from Keras.
     with pytest.raises(UserError):
-        models.build(ModelConfig(name=f"{user_package}:unbuilt_sequential"), (6, 5), 7)
+        registry.build(ModelConfig(name=f"{user_package}:unbuilt_sequential"), (6, 5), 7)
 
 
 def test_user_model_module_missing(user_package):
     name = f"{PACKAGE}.no_such_module:tiny"
     with pytest.raises(UserError) as info:
-        models.build(ModelConfig(name=name), (6, 5), 7)
+        registry.build(ModelConfig(name=name), (6, 5), 7)
     message = str(info.value)
     assert f"cannot import '{PACKAGE}.no_such_module'" in message and "PYTHONPATH" in message
     with pytest.raises(UserError,
                        match="cannot import 'no_such_top_level_pkg.nets'.*No module named"):
-        models.resolve("no_such_top_level_pkg.nets:tiny")
+        registry.resolve("no_such_top_level_pkg.nets:tiny")
 
 
 @pytest.mark.parametrize("name", [":tiny", ".nets:tiny"])
 def test_malformed_user_model_names_are_user_errors(name):
     # An empty or relative module name: importlib raises ValueError / TypeError for these.
     with pytest.raises(UserError):
-        models.resolve(name)
+        registry.resolve(name)

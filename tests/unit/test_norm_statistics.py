@@ -8,7 +8,9 @@ import dataclasses
 import tensorflow as tf
 
 from hvdtrain import distributed as dist
-from hvdtrain import models, presets, report
+from hvdtrain.models import registry
+from hvdtrain.training import report
+from hvdtrain.config import presets
 from hvdtrain.config import ModelConfig
 
 
@@ -18,7 +20,7 @@ def batch_norm_layers(model: tf.keras.Model) -> list:
 
 
 def test_the_statistics_are_the_moving_averages_of_every_batch_norm_layer_nested_too():
-    model = models.build(ModelConfig(name="resnet_small", width=8, dropout=0.2), (8, 8, 3), 3)
+    model = registry.build(ModelConfig(name="resnet_small", width=8, dropout=0.2), (8, 8, 3), 3)
     nested = tf.keras.Sequential([tf.keras.Input((8, 8, 3)), model])  # the same, one level down
     found = dist.normalization_statistics(nested)
     expected = [v for layer in batch_norm_layers(model)
@@ -30,19 +32,20 @@ def test_the_statistics_are_the_moving_averages_of_every_batch_norm_layer_nested
     # generator state) is left out.
     others = [v for v in nested.non_trainable_weights if all(v is not s for s in found)]
     assert all(not tf.as_dtype(v.dtype).is_floating for v in others)
-    assert dist.normalization_statistics(models.build(ModelConfig(name="mlp"), (8, 8, 1), 3)) == []
+    mlp = registry.build(ModelConfig(name="mlp"), (8, 8, 1), 3)
+    assert dist.normalization_statistics(mlp) == []
 
 
 def test_model_sync_batch_norm_synchronizes_every_layer_off_the_fused_kernel():
     sync = dist.SyncBatchNormalization
     assert issubclass(sync, tf.keras.layers.BatchNormalization)
-    built = models.build(ModelConfig(name="resnet_small", width=8, sync_batch_norm=True),
+    built = registry.build(ModelConfig(name="resnet_small", width=8, sync_batch_norm=True),
                          (8, 8, 3), 3)
     layers = batch_norm_layers(built)
     assert layers and all(type(layer) is sync and "call" not in vars(layer) for layer in layers)
     assert not any(getattr(layer, "fused", False) for layer in layers)  # Keras 2's kernel
     # Control: the default keeps the plain layer (on Keras 3, on the fused kernel).
-    plain = batch_norm_layers(models.build(ModelConfig(name="resnet_small", width=8),
+    plain = batch_norm_layers(registry.build(ModelConfig(name="resnet_small", width=8),
                                            (8, 8, 3), 3))
     assert all(type(layer) is tf.keras.layers.BatchNormalization for layer in plain)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 

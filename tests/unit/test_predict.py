@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hvdtrain import predict
+from hvdtrain.training import predict
 from hvdtrain.data import convert, images, predict_inputs, records
 from hvdtrain.config import Config
 from hvdtrain.testing.digit_files import digits_uint8, write_digits

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from hvdtrain import rank_env
+from hvdtrain.launch import rank_env
 from hvdtrain.config import HorovodConfig
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks

@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 from helpers import ROOT, assert_ok, launcher_env, run_job
-from hvdtrain import __version__, launchers, launching
+from hvdtrain import __version__
+from hvdtrain.launch import launchers, rank_process
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
@@ -43,7 +44,7 @@ def test_scripts_quiet_tensorflow_as_hvdtrain_does_and_a_user_level_wins(user_le
     shell = f'source "{SCRIPTS}/_lib.sh"; echo "$TF_CPP_MIN_LOG_LEVEL"'
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60,
                           env=env)
-    expected = user_level or launching.QUIET_TENSORFLOW["TF_CPP_MIN_LOG_LEVEL"]
+    expected = user_level or rank_process.QUIET_TENSORFLOW["TF_CPP_MIN_LOG_LEVEL"]
     assert done.stdout.strip() == expected, done
 
 

@@ -1,5 +1,5 @@
-"""The run directory: when one may be opened (hvdtrain.rundir without MPI), the record of the
-config a run started with and of each resume, the exported model; and, as one process through
+"""The run directory: when one may be opened (hvdtrain.training.rundir without MPI), the record of
+the config a run started with and of each resume, the exported model; and, as one process through
 the CLI, a resume with nothing left to train and an eval without a checkpoint."""
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 import tensorflow as tf
 
 from helpers import (assert_ok, error_lines, exported_model, hvdtrain, launch, snapshot)
-from hvdtrain import checkpoints, models, presets, rundir
+from hvdtrain.models import registry
+from hvdtrain.training import checkpoints, rundir
+from hvdtrain.config import presets
 from hvdtrain.config import to_dict
 from hvdtrain.errors import UserError
 
@@ -86,7 +88,7 @@ def test_a_resume_keeps_the_first_config_and_records_its_own_beside_it(tmp_path)
 def test_the_embedding_model_exports_and_loads_back(tmp_path):
     # Its Lambda layer (inputs to token ids) must survive the export.
     cfg = presets.build_config("digits", assignments=["model.name=embedding"])
-    model = models.build(cfg.model, (8, 8, 1), 10)
+    model = registry.build(cfg.model, (8, 8, 1), 10)
     inputs = np.random.default_rng(0).random((16, 8, 8, 1), dtype=np.float32)
     rundir.export(model, tmp_path, class_names=[str(c) for c in range(10)])
     loaded = exported_model(tmp_path)

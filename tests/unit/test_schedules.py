@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from hvdtrain import schedules
+from hvdtrain.training import schedules
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 

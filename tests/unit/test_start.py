@@ -1,4 +1,4 @@
-"""A rank's start: launching.load_tensorflow holds back the imports Keras 3 makes for features
+"""A rank's start: rank_process.load_tensorflow holds back the imports Keras 3 makes for features
 hvdtrain does not use (scikit-learn, matplotlib), the digits are read without importing
 scikit-learn, after dist.init autograph leaves Horovod's code alone, and TensorFlow's start-up
 chatter below the log level is dropped. Each check runs in a fresh Python, the way a rank
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import run_job
-from hvdtrain import launching
+from hvdtrain.launch import rank_process
 from hvdtrain.data import sklearn_data
 
 LOADED = """
@@ -37,7 +37,8 @@ def modules_after(load: str) -> dict:
 
 
 def test_load_tensorflow_holds_back_what_hvdtrain_does_not_use_and_no_longer():
-    after = modules_after("from hvdtrain import launching; launching.load_tensorflow()")
+    after = modules_after(
+        "from hvdtrain.launch import rank_process; rank_process.load_tensorflow()")
     assert after["loaded"] == {"tensorflow": True, "sklearn": False, "matplotlib": False}
     assert "_HoldBack" not in after["finders"]
     # The garbage collector, off while TensorFlow loaded, is on again, and what the import made
@@ -86,8 +87,8 @@ def test_digits_equal_load_digits():
 
 CONVERTED = """
 import json
-from hvdtrain import launching
-launching.load_tensorflow()
+from hvdtrain.launch import rank_process
+rank_process.load_tensorflow()
 import tensorflow as tf
 from tensorflow.python.autograph.impl import api  # private: to see what autograph rewrites
 import horovod.tensorflow as hvd
@@ -143,9 +144,9 @@ KEPT = [
 
 WRITES_TO_FD_2 = """
 import os, sys
-from hvdtrain import launching
+from hvdtrain.launch import rank_process
 lines = [bytes.fromhex(h) for h in sys.argv[2:]]
-with launching.tensorflow_chatter_dropped(int(sys.argv[1])):
+with rank_process.tensorflow_chatter_dropped(int(sys.argv[1])):
     data = b"".join(lines)
     os.write(2, data[:37])   # split inside a line, as a C++ writer may
     os.write(2, data[37:])
@@ -156,13 +157,13 @@ os.write(2, b"after\\n")
 def test_tensorflow_chatter_below_the_log_level_is_dropped():
     lines = CHATTER + [WARNING] + KEPT
     dropped = [True] * len(CHATTER)
-    assert launching.below_log_level(lines, 2) == dropped + [True] + [False] * len(KEPT)
+    assert rank_process.below_log_level(lines, 2) == dropped + [True] + [False] * len(KEPT)
     # Controls: at level 1 the warning stays, at level 0 (the user asked) nothing goes.
-    assert launching.below_log_level(lines, 1) == dropped + [False] + [False] * len(KEPT)
-    assert not any(launching.below_log_level(lines, 0))
+    assert rank_process.below_log_level(lines, 1) == dropped + [False] + [False] * len(KEPT)
+    assert not any(rank_process.below_log_level(lines, 0))
     # A message's second line read apart from its first (another chunk of the pipe).
-    assert launching.below_log_level([CHATTER[3]], 2, previous=True) == [True]
-    assert launching.below_log_level([CHATTER[3]], 2, previous=False) == [False]
+    assert rank_process.below_log_level([CHATTER[3]], 2, previous=True) == [True]
+    assert rank_process.below_log_level([CHATTER[3]], 2, previous=False) == [False]
     # Through file descriptor 2, as TensorFlow's C++ writes it, in a fresh process.
     for level, expected in ((2, KEPT), (0, lines)):
         done = subprocess.run([sys.executable, "-c", WRITES_TO_FD_2, str(level),

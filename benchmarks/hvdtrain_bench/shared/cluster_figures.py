@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain.errors import UserError
 from hvdtrain_bench.shared import cost_model, report, steps
 from hvdtrain_bench.shared.cost_model import Link

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hvdtrain import launchers
+from hvdtrain.launch import launchers
 from hvdtrain_bench.shared import launch
 from hvdtrain_bench.shared.targets import MIB
 

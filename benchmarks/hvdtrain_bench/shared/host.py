@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain_bench.shared.jobs import BenchError
 
 

@@ -8,7 +8,7 @@ import socket
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
-from hvdtrain import launchers, launching, placement
+from hvdtrain.launch import launchers, rank_process, placement
 
 
 def launch_command(launcher: str, ranks: int, argv: Sequence[str]) -> list[str]:
@@ -28,10 +28,10 @@ def rank_entry(argv: Sequence[str], rank_main: Callable[[dict], None], module: s
     """The ``__main__`` of a module with a rank side: ``python -m MODULE rank OPTIONS_JSON``
     runs one rank of a measured job (see ``rank_argv``)."""
     if len(argv) == 3 and argv[1] == "rank":
-        launching.whole_lines()
-        launching.load_tensorflow()
+        rank_process.whole_lines()
+        rank_process.load_tensorflow()
         rank_main(json.loads(argv[2]))
-        launching.end_rank()
+        rank_process.end_rank()
     else:
         sys.exit(f"usage: python -m {module} rank OPTIONS_JSON (launched by 'hvdtrain bench')")
 

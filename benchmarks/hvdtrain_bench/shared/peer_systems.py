@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain_bench.shared import launch
 
 MODULE = "hvdtrain_bench.shared.peer_systems"
@@ -24,7 +24,7 @@ BATCH = 32
 # Rank side: shared pieces
 
 def _config(epochs: int):
-    from hvdtrain import presets
+    from hvdtrain.config import presets
     return presets.build_config("digits", assignments=[
         f"train.epochs={epochs}", f"train.batch_size={BATCH}", "train.eval_every=1"])
 
@@ -71,14 +71,14 @@ def _keras_parts(cfg, strategy_scope):
     the whole eval set with the distributed model's current weights."""
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import models
+    from hvdtrain.models import registry
     from hvdtrain.data import sources
 
     dataset = sources.load(cfg.data, cfg.train.seed)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     with strategy_scope:
-        model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
-    twin = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+        model = registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
+    twin = registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
 
     def evaluate() -> float:
         twin.set_weights(model.get_weights())
@@ -94,7 +94,7 @@ def _warmup_schedule(cfg, peak_lr: float, warmup_steps: int):
     the warmup, as the digits preset is)."""
     import numpy as np
     import tensorflow as tf
-    from hvdtrain import schedules
+    from hvdtrain.training import schedules
 
     def lr_at(step) -> float:
         return schedules.lr_at_step(int(step), base_lr=cfg.optim.lr, peak_lr=peak_lr,
@@ -113,9 +113,9 @@ def _warmup_schedule(cfg, peak_lr: float, warmup_steps: int):
 
 
 def _compile(model, cfg, lr) -> None:
-    """hvdtrain's own optimizer, loss and metric (models.base_optimizer, compile_classifier)."""
-    from hvdtrain import models
-    models.compile_classifier(model, models.base_optimizer(cfg.optim, learning_rate=lr))
+    """hvdtrain's own optimizer, loss and metric (registry.base_optimizer, compile_classifier)."""
+    from hvdtrain.models import registry
+    registry.compile_classifier(model, registry.base_optimizer(cfg.optim, learning_rate=lr))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def rank_hvdtrain(options: dict[str, Any]) -> None:
     """single and hvdtrain: hvdtrain's own Trainer, with its defaults."""
     if options["system"] == "single":
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, like a rank
-    from hvdtrain import trainer
+    from hvdtrain.training import trainer
     from hvdtrain import distributed as dist
     cfg = _config(options["epochs"])
     world = dist.init(device="cpu")

@@ -50,7 +50,8 @@ def plain_job(options: dict[str, Any]) -> PlainJob:
     core = sorted(os.sched_getaffinity(0))[0]
     os.sched_setaffinity(0, {core})   # the core mpirun --bind-to core gives rank 0
     import tensorflow as tf
-    from hvdtrain import placement, presets
+    from hvdtrain.launch import placement
+    from hvdtrain.config import presets
 
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])
     share = placement.threads_per_rank(*placement.cores_available(), 1)
@@ -66,14 +67,14 @@ def compiled_work(cfg: Any) -> tuple[Any, Any, Any]:
     training arrays (x, y), seeded as hvdtrain seeds a run: what ``fit`` trains on one device
     (bench cluster's ranks alone too). TensorFlow's threads must be set before."""
     import tensorflow as tf
-    from hvdtrain import models
+    from hvdtrain.models import registry
     from hvdtrain.data import sources
 
     tf.keras.utils.set_random_seed(cfg.train.seed)
     dataset = sources.load(cfg.data, cfg.train.seed)
     assert isinstance(dataset.train, sources.Arrays)  # the benchmark's presets are synthetic
-    model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
-    models.compile_classifier(model, models.base_optimizer(cfg.optim))
+    model = registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
+    registry.compile_classifier(model, registry.base_optimizer(cfg.optim))
     return model, dataset.train.x, dataset.train.y
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hvdtrain import launchers
+from hvdtrain.launch import launchers
 from hvdtrain.errors import UserError
 from hvdtrain_bench.shared.workloads import Workload
 

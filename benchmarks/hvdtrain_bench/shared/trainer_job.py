@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from hvdtrain import launchers
+from hvdtrain.launch import launchers
 from hvdtrain_bench.shared import jobs, launch, stats, steps
 from hvdtrain_bench.shared.plans import Plan, job_options
 from hvdtrain_bench.shared.workloads import Workload
@@ -31,7 +31,8 @@ def rank_main(options: dict[str, Any]) -> None:
     pinned = (None if launchers.entry(options["launcher"]).binds_cores
               else launch.pin_to_own_core())
     import os
-    from hvdtrain import presets, trainer
+    from hvdtrain.training import trainer
+    from hvdtrain.config import presets
     from hvdtrain import distributed as dist  # TensorFlow and Horovod load here
 
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])

@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import checkpoints
+from hvdtrain import files
+from hvdtrain.training import checkpoints
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config, to_dict
 from hvdtrain.errors import UserError
@@ -47,7 +48,7 @@ def resume_config_file(epochs_done: int) -> str:
 
 def save_class_names(folder: Path, class_names: Sequence[str]) -> None:
     """Writes ``class_names`` to FOLDER/classes.json (atomically), where predict reads them."""
-    checkpoints.write_json_atomic(folder / CLASSES_FILE, {"class_names": list(class_names)})
+    files.write_json_atomic(folder / CLASSES_FILE, {"class_names": list(class_names)})
 
 
 def open_run_dir(run_dir: Path, checkpoint: tf.train.Checkpoint, config: Config, *,
@@ -90,7 +91,7 @@ def open_run_dir(run_dir: Path, checkpoint: tf.train.Checkpoint, config: Config,
     config_file = run_dir / CONFIG_FILE
     if resume and config_file.exists():
         config_file = run_dir / resume_config_file(start_epoch)
-    checkpoints.write_json_atomic(config_file, to_dict(config))
+    files.write_json_atomic(config_file, to_dict(config))
     if class_names:
         save_class_names(run_dir, class_names)
     return start_epoch, restored

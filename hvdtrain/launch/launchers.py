@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Mapping, Sequence, get_args
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain.errors import UserError
-from hvdtrain.launching import quiet_tensorflow
+from hvdtrain.launch.rank_process import quiet_tensorflow
 
 Launcher = Literal["mpi", "gloo", "single"]
 

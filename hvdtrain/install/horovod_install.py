@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from hvdtrain import shipped
+from hvdtrain.install import shipped
 from hvdtrain.errors import UserError
 
 HOROVOD_VERSION = "0.28.1"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hvdtrain import __version__, schedules
+from hvdtrain import __version__
+from hvdtrain.training import schedules
 from hvdtrain.config import Config
 
 # The gradient options the banner names when they differ from the defaults.

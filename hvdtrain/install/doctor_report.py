@@ -11,13 +11,20 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from hvdtrain import horovod_install
+from hvdtrain.install import horovod_install
 
-if TYPE_CHECKING:
-    from hvdtrain.doctor import Check
+
+@dataclass(frozen=True)
+class Check:
+    """One of doctor's checks (doctor.py makes them; the report quotes them)."""
+    name: str
+    ok: bool
+    detail: str   # what was found; on a failure, the problem and the command that fixes it
+
 
 BEGIN = "----- hvdtrain doctor --report: paste from here -----"
 END = "----- to here -----"
@@ -91,7 +98,7 @@ def settings(environ: Mapping[str, str], prefixes: Sequence[str]) -> list[str]:
             if name.startswith(tuple(prefixes))] or ["none"]
 
 
-def all_reduce(found: Sequence["Check"], launcher: str) -> str:
+def all_reduce(found: Sequence[Check], launcher: str) -> str:
     """The timed all-reduce of doctor's 2-rank smoke test under ``launcher``, or why none."""
     check = next((c for c in found if c.name == f"2 ranks {launcher}"), None)
     if check is None:
@@ -128,7 +135,7 @@ def _hardware(facts: Mapping, build: str) -> list[tuple[str, str]]:
             ("nccl", nccl)]
 
 
-def block(found: Sequence["Check"], facts: Mapping, environ: Mapping[str, str]) -> str:
+def block(found: Sequence[Check], facts: Mapping, environ: Mapping[str, str]) -> str:
     """The report: FIELDS in order between BEGIN and END, one value a line (a field with
     several continues on indented lines)."""
     versions = _versions({**facts, "_checks": list(found)}, environ)

@@ -1,18 +1,16 @@
-"""Typed, frozen configuration: presets, then a TOML file, then ``--set section.key=value``.
+"""The config's sections: typed, frozen dataclasses (choices as Literal[...]), each checked when
+built, and the options only the custom loop can run.
 
 Every field carries its help text in ``metadata["help"]``; ``describe()`` turns those into the
 ``hvdtrain train --help`` listing, so the documentation cannot drift from the code.
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-from hvdtrain import checks
+from hvdtrain.config import checks
 from hvdtrain.errors import UserError
 
 # The choices of each string key: the type documents them, and ``_check_choices`` enforces them.
@@ -288,35 +286,3 @@ def _check_choices(section: Any, name: str) -> None:
     for key, kind in typing.get_type_hints(type(section)).items():
         if typing.get_origin(kind) is Literal:
             checks.one_of(f"{name}.{key}", getattr(section, key), typing.get_args(kind))
-
-
-# ---------------------------------------------------------------------------------------------
-# A config as plain values (run_dir/config.json, the same-config check across ranks).
-
-def to_dict(config: Config) -> dict[str, Any]:
-    """Plain values (tuples as lists), as written to run_dir/config.json."""
-    def plain(v: Any) -> Any:
-        return list(v) if isinstance(v, tuple) else v
-    out: dict[str, Any] = {"preset": config.preset}
-    for section in SECTIONS:
-        fields = dataclasses.asdict(getattr(config, section))
-        out[section] = {k: plain(v) for k, v in fields.items()}
-    return out
-
-
-def fingerprint(values: Mapping[str, Any]) -> str:
-    """A short hash of a config's plain values (``to_dict``), equal on ranks that agree."""
-    text = json.dumps(values, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def differences(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
-    """``section.key`` (or top-level key) of every value that differs between two ``to_dict``s."""
-    out = []
-    for name in sorted(set(mine) | set(theirs)):
-        a, b = mine.get(name), theirs.get(name)
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            out += [f"{name}.{key}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
-        elif a != b:
-            out.append(name)
-    return out

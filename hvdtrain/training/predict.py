@@ -22,13 +22,14 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import checkpoints, models
+from hvdtrain.models import registry
+from hvdtrain.training import checkpoints
 from hvdtrain.data import images, predict_inputs, sharding, sources
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
 from hvdtrain.progress import Progress
-from hvdtrain.rundir import CLASSES_FILE
+from hvdtrain.training.rundir import CLASSES_FILE
 
 DEFAULT_OUT = "predictions.csv"
 HEADER = ("input", "class", "probability")
@@ -113,7 +114,7 @@ def load_model(req: Request, config: Config) -> tuple[tf.keras.Model, list[str]]
     else:
         names = class_names(req.run_dir) or sources.load(config.data, config.train.seed).names()
         tf.keras.mixed_precision.set_global_policy(config.train.precision)
-        model = models.build(config.model, sources.input_shape(config.data), len(names))
+        model = registry.build(config.model, sources.input_shape(config.data), len(names))
         assert req.checkpoint is not None  # request(): no model/ means a checkpoint
         checkpoints.restore_weights(model, req.checkpoint)
     outputs = int(model.outputs[0].shape[-1])

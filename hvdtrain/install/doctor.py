@@ -16,10 +16,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from hvdtrain import doctor_report, horovod_install, launchers, launching, placement, shipped
+from hvdtrain.install import doctor_report, horovod_install, shipped
+from hvdtrain.install.doctor_report import Check
+from hvdtrain.launch import launchers, rank_process, placement
 
 SMOKE_RANKS = 2
 SMOKE_TIMEOUT_S = 180
@@ -27,7 +28,7 @@ SMOKE_TIMEOUT_S = 180
 # (hvdtrain.distributed imports horovod.tensorflow), so a failure of the second keeps the first.
 PROBE = (
     "import json, importlib.metadata as m\n"
-    "from hvdtrain import launching; launching.load_tensorflow()\n"
+    "from hvdtrain.launch import rank_process; rank_process.load_tensorflow()\n"
     "import tensorflow as tf\n"
     "def have(name):\n"
     "    try: return m.version(name)\n"
@@ -41,21 +42,14 @@ PROBE = (
     "                  'cuda': built.get('cuda_version'), 'cudnn': built.get('cudnn_version')}),\n"
     "      flush=True)\n"
     f"{horovod_install.PROBE}\n")
-SMOKE_RANK = "from hvdtrain import doctor; doctor.smoke_rank()"
+SMOKE_RANK = "from hvdtrain.install import doctor; doctor.smoke_rank()"
 # The timed all-reduce of the smoke test (--report): 2 MiB of float64, the median of 5.
 TIMED_FLOATS, TIMED_REPEATS = 256 * 1024, 5
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str   # what was found; on a failure, the problem and the command that fixes it
-
-
 def smoke_rank() -> None:
     """One rank of the smoke test: all-reduces rank + 1 and prints what it got."""
-    launching.load_tensorflow()
+    rank_process.load_tensorflow()
     import numpy as np
 
     from hvdtrain import distributed as dist

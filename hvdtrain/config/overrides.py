@@ -1,6 +1,6 @@
 """Building a Config from layers of plain values: a preset, a TOML file, ``--set section.key=value``
 and the CLI's shortcut flags, or a run directory's saved config.json. Every key is checked once,
-in ``with_overrides``, and every value typed by its field (``config.py`` holds the fields).
+in ``with_overrides``, and every value typed by its field (``sections.py`` holds the fields).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from hvdtrain.checks import suggest
+from hvdtrain.config.checks import suggest
 from hvdtrain.config import SECTIONS, Config
 from hvdtrain.errors import UserError
 

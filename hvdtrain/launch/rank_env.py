@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from hvdtrain import placement
+from hvdtrain.launch import placement
 from hvdtrain.config import HorovodConfig
 
 MB = 1024 * 1024

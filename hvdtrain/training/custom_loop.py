@@ -5,7 +5,7 @@ hvdtrain's own reducing tape on Keras 3), for users who outgrow Keras ``fit``.
 ``hvdtrain train --loop custom`` drives it with the same sharding, LR schedule, callbacks,
 checkpoints and summary as ``fit``. As a library, bring your own loss::
 
-    from hvdtrain import custom_loop
+    from hvdtrain.training import custom_loop
     from hvdtrain import distributed as dist
     world = dist.init(options=cfg.horovod)
     step = custom_loop.TrainStep(model, optimizer, cfg.horovod, loss_fn=my_loss)
@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from hvdtrain import evaluation
+from hvdtrain.training import evaluation
 from hvdtrain import distributed as dist
 from hvdtrain.config import HorovodConfig
 

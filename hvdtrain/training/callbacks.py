@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import checkpoints, schedules
+from hvdtrain.training import checkpoints, schedules
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
-from hvdtrain.watchdog import StallWatchdog
+from hvdtrain.launch.watchdog import StallWatchdog
 
 if TYPE_CHECKING:
     from hvdtrain.distributed import World

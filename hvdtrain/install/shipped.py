@@ -10,7 +10,7 @@ from pathlib import Path
 # name -> the folder in a checkout, relative to its root
 CHECKOUT_FOLDERS = {"run_scripts": "run_scripts", "patches": "scripts/patches", "docs": "docs"}
 
-_PACKAGE = Path(__file__).parent
+_PACKAGE = Path(__file__).parents[1]  # hvdtrain/, above install/
 
 
 def folder(name: str) -> Path:

@@ -8,8 +8,8 @@ from typing import Callable
 
 import tensorflow as tf
 
-from hvdtrain import fused_norm
-from hvdtrain.checks import suggest
+from hvdtrain.models import fused_norm
+from hvdtrain.config.checks import suggest
 from hvdtrain.config import ModelConfig, OptimConfig
 from hvdtrain.errors import UserError
 

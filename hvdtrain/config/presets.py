@@ -4,9 +4,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
-from hvdtrain.checks import suggest
+from hvdtrain.config.checks import suggest
 from hvdtrain.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
-from hvdtrain.overrides import load_toml, parse_assignments, with_overrides
+from hvdtrain.config.overrides import load_toml, parse_assignments, with_overrides
 from hvdtrain.errors import UserError
 
 

@@ -16,8 +16,10 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from hvdtrain import (callbacks, checkpoints, custom_loop, debug, evaluation, models, preflight,
-                      report, rundir, schedules)
+from hvdtrain import files
+from hvdtrain.models import registry
+from hvdtrain.training import (callbacks, checkpoints, custom_loop, debug, evaluation, preflight,
+                               report, rundir, schedules)
 from hvdtrain.data import images, sources
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config, to_dict
@@ -59,7 +61,7 @@ class Trainer:
     def say(self, message: str) -> None:
         """Prints ``message`` on rank 0 only, a line at a time: print() of several lines writes
         the last one's newline apart, which mpirun --tag-output would tag (see
-        launching.whole_lines)."""
+        rank_process.whole_lines)."""
         if self.world.is_chief:
             for line in message.splitlines():
                 print(line, flush=True)
@@ -89,7 +91,7 @@ class Trainer:
             if self.config.run.export:
                 summary["exported_model"] = str(rundir.export(
                     setup.model, setup.run_dir, class_names=setup.dataset.names()))
-            checkpoints.write_json_atomic(setup.run_dir / "summary.json", summary)
+            files.write_json_atomic(setup.run_dir / "summary.json", summary)
             self.say(f"done: eval accuracy {result.final_eval['eval_accuracy']:.4f} on "
                      f"{result.final_eval['eval_samples']} samples, "
                      f"{summary['wall_seconds']:.1f}s, run dir {setup.run_dir}")
@@ -255,7 +257,7 @@ class Trainer:
             tf.keras.utils.set_random_seed(cfg.train.seed)
             # float32, or float16 compute with float32 weights for the layers built next.
             tf.keras.mixed_precision.set_global_policy(cfg.train.precision)
-            model = models.build(cfg.model, dataset.input_shape, dataset.num_classes)
+            model = registry.build(cfg.model, dataset.input_shape, dataset.num_classes)
         except UserError as e:
             problem = str(e)
         if agree:
@@ -264,13 +266,13 @@ class Trainer:
             raise UserError(problem)
         assert model is not None  # built: no rank had a problem
         optimizer = self._optimizer()
-        models.compile_classifier(model, optimizer)
+        registry.compile_classifier(model, optimizer)
         optimizer.build(model.trainable_variables)
         return model, optimizer, tf.train.Checkpoint(model=model, optimizer=optimizer)
 
     def _optimizer(self) -> tf.keras.optimizers.Optimizer:
         t = self.config.train
-        base = models.base_optimizer(self.config.optim)
+        base = registry.base_optimizer(self.config.optim)
         if t.loop == "fit":
             # Horovod: all-reduce gradients each step
             return dist.distributed_optimizer(base, self.config.horovod)
