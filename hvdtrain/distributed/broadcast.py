@@ -9,7 +9,7 @@ the name ``hvdtrain_broadcast_i``, after every rank has shown the same list of s
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import tensorflow as tf
 
@@ -17,6 +17,7 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 from hvdtrain.launch import rank_env
+from hvdtrain.distributed.world import controller
 from hvdtrain.errors import UserError
 from hvdtrain.launch.watchdog import StallWatchdog
 
@@ -83,7 +84,7 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
                             "on by itself when it sees a GPU), but Horovod's all-reduce has no "
                             "XLA lowering: compile with jit_compile=False")
         self.binding.check_fit_start(self.model)
-        same_steps(self.params.get("steps"), "fit")
+        same_steps(self.params.get("steps"))
         if self.done:
             return
         if self.model.built and self.model.variables:
@@ -125,18 +126,17 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
         self.done = True
 
 
-def same_steps(steps: int | None, where: str,
-               gather: Callable[[Any], list] = hvd.allgather_object) -> None:
+def same_steps(steps: int | None) -> None:
     """Every rank raises the same UserError when the ranks would run different numbers of
     steps: the rank with more batches would wait forever in an all-reduce its peers never
     join. ``steps`` None (a dataset of unknown length) is not checked here: the stall abort
     bounds that wait (``dist.init(stall_abort_s=...)``)."""
     # Horovod: every rank's step count, so that all ranks take the same branch.
-    counts = gather(steps)
+    counts = hvd.allgather_object(steps)
     if None in counts or len(set(counts)) == 1:
         return
     listed = ", ".join(f"rank {r}: {n}" for r, n in enumerate(counts))
-    raise UserError(f"the ranks would run different numbers of steps per epoch in {where} "
+    raise UserError(f"the ranks would run different numbers of steps per epoch in fit "
                     f"({listed}), and the rank with more batches would wait forever for the "
                     f"others' all-reduce: give every rank the same number of batches (shard "
                     f"equal parts, batch with drop_remainder=True, or pass steps_per_epoch)",
@@ -150,7 +150,6 @@ def stall_watchdog() -> StallWatchdog | None:
     fewer batches of unknown count, a peer that died quietly) cannot hang the job."""
     seconds = rank_env.stall_abort_in_force(os.environ)
     # Horovod: under MPI its own stall check ends the job after those seconds; alone, no wait.
-    under_mpi = hvd.mpi_enabled() and not hvd.gloo_enabled()
-    if hvd.size() == 1 or under_mpi or not seconds:
+    if hvd.size() == 1 or controller() == "mpi" or not seconds:
         return None
     return StallWatchdog(seconds, hvd.rank(), setting="dist.init(stall_abort_s=...)")

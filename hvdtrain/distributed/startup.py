@@ -15,7 +15,7 @@ from hvdtrain.launch import placement, rank_env
 from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.agreement import agree_or_fail
 from hvdtrain.distributed.binding import keras_version
-from hvdtrain.distributed.world import World
+from hvdtrain.distributed.world import World, controller
 from hvdtrain.errors import UserError
 
 
@@ -51,9 +51,7 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     tf.config.threading.set_intra_op_parallelism_threads(intra)
     tf.config.threading.set_inter_op_parallelism_threads(inter)
 
-    # Horovod: which controller the launcher chose (mpirun: MPI; horovodrun --gloo: Gloo).
-    controller = "mpi" if hvd.mpi_enabled() and not hvd.gloo_enabled() else "gloo"
-    world = World(rank, size, local_rank, local_size, controller, placed, intra, inter,
+    world = World(rank, size, local_rank, local_size, controller(), placed, intra, inter,
                   stack_description())
     if elastic and problem:
         raise UserError(problem)

@@ -27,6 +27,13 @@ class World:
         return self.rank == 0
 
 
+def controller() -> str:
+    """The controller the launcher chose for this job: "mpi" (mpirun) or "gloo" (horovodrun
+    --gloo, elastic)."""
+    # Horovod: which controller hvd.init() joined.
+    return "mpi" if hvd.mpi_enabled() and not hvd.gloo_enabled() else "gloo"
+
+
 def refresh_world(world: World) -> World:
     """The same process after an elastic reset: its rank and the world size may have changed."""
     # Horovod: after a reset, hvd.init() has rebuilt the ring with the workers left (or added).
