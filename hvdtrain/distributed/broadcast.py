@@ -47,6 +47,17 @@ def _assign_broadcast(variables: list[tf.Variable], root_rank: int) -> None:
     assign_all()
 
 
+SEED_STRIDE = 1_000_003  # a prime: rank r's seeds lie far from any seed a user picks nearby
+
+
+def seed_offset(root_rank: int) -> int:
+    """What this rank adds to the seed a broadcast copied from ``root_rank``, so that its
+    random layers draw their own numbers: ``(rank - root) * SEED_STRIDE``, distinct per rank,
+    0 on root, the same for a given world size (each binding applies it to its own seeds)."""
+    # Horovod: this process's place in the job picks its own random stream.
+    return (hvd.rank() - root_rank) * SEED_STRIDE
+
+
 def _mismatch(root: list, root_rank: int, other: list, rank: int) -> str:
     if len(root) != len(other):
         return (f"the ranks broadcast different models: rank {root_rank} has {len(root)} "

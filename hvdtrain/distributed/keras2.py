@@ -16,13 +16,12 @@ import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.distributed.broadcast import broadcast_by_position
+from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
 from hvdtrain.distributed.reducer import mark_reduced, refuse_reduced
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
-SEED_STRIDE = 1_000_003  # as keras3.SEED_STRIDE: rank r's seed far from one a user picks nearby
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
@@ -134,16 +133,15 @@ def draw_own_random_numbers(root_rank: int) -> None:
     """Each rank's random ops (Dropout, noise) draw their own numbers. Keras 2 seeds them from
     TensorFlow's global seed when a train function is traced, so ranks seeded alike (as the
     trainer and tf.keras.utils.set_random_seed users do) would give sample i of every rank's
-    batch the same dropout mask. Rank r's global seed becomes the user's plus ``r *
-    SEED_STRIDE``: distinct, the same for a given seed and world size; unseeded, nothing to do."""
+    batch the same dropout mask. Rank r's global seed becomes the user's plus
+    ``seed_offset``: distinct, the same for a given seed and world size; unseeded, nothing to do."""
     from tensorflow.python.eager import context  # the global seed has no public getter
     seed = context.global_seed()
     if seed is None:
         return
     if seed != _OWN_SEED["set"]:
         _OWN_SEED["base"] = seed  # the user's own (again, or new)
-    # Horovod: this process's place in the job picks its own random stream.
-    _OWN_SEED["set"] = int(_OWN_SEED["base"] or 0) + (hvd.rank() - root_rank) * SEED_STRIDE
+    _OWN_SEED["set"] = int(_OWN_SEED["base"] or 0) + seed_offset(root_rank)
     tf.random.set_seed(_OWN_SEED["set"])
 
 

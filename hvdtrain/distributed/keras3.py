@@ -23,14 +23,13 @@ import horovod.tensorflow.elastic as hvd_elastic
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.distributed.broadcast import broadcast_by_position
+from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
 from hvdtrain.distributed.reducer import mark_reduced, reduce_gradients, refuse_reduced
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
 MODEL_FILE = "model.keras"
 SEED_STATE = "seed_generator_state"  # the variable name of Keras 3's SeedGenerator state
-SEED_STRIDE = 1_000_003  # a prime: rank r's seeds lie far from any seed a user picks nearby
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
@@ -183,11 +182,10 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int = 0) -> None:
 def draw_own_random_numbers(seed_states: Sequence[Any], root_rank: int) -> None:
     """Each rank's random layers (Dropout, noise, augmentation) draw their own numbers: a
     broadcast copied root's seed states to every rank, which would give sample i of every
-    rank's batch the same dropout mask. Rank r's state becomes root's with ``r * SEED_STRIDE``
+    rank's batch the same dropout mask. Rank r's state becomes root's with ``seed_offset``
     added to its seed (the counter stays): distinct on every rank, the same for a given seed
     and world size, and what a rank had before whenever root's state is broadcast again."""
-    # Horovod: this process's place in the job picks its own random stream.
-    offset = (hvd.rank() - root_rank) * SEED_STRIDE
+    offset = seed_offset(root_rank)
     for state in seed_states:
         state.assign(state.value + tf.constant([offset, 0], state.dtype))
 
