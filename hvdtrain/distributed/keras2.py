@@ -61,8 +61,7 @@ def _built_state(name: str, value: Any) -> bool:
 
 def _variables(optimizer: Any) -> list[tf.Variable]:
     """An optimizer's variables beyond its step count: its state once built."""
-    variables = optimizer.variables
-    variables = list(variables() if callable(variables) else variables)
+    variables = optimizer_variables(optimizer)
     return variables if len(variables) > 1 else []
 
 
