@@ -73,12 +73,12 @@ class KerasBinding(Protocol):
         """That export, uncompiled, for inference."""
 
     def scale_loss(self, optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
-        """A LossScaleOptimizer's scaled loss, and its gradients ..."""
+        """A LossScaleOptimizer's scaled loss ..."""
 
     def apply_scaled_gradients(self, optimizer: tf.keras.optimizers.Optimizer,
                                gradients: list[tf.Tensor],
                                variables: Sequence[tf.Variable]) -> None:
-        """... or applied, unscaled, checked for inf/NaN on the way."""
+        """... and its gradients applied, unscaled, checked for inf/NaN on the way."""
 
     def sync_batch_normalization_class(self) -> type:
         """The BatchNormalization whose training moments are the global batch's."""
