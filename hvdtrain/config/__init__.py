@@ -3,19 +3,19 @@ then flags (``presets.build_config``).
 
 This module is the package's face: ``hvdtrain.config.Config`` and the rest, from the modules that
 hold them: ``sections.py`` (the typed sections), ``values.py`` (a config as plain values);
-``checks.py``, ``overrides.py``, ``presets.py`` and ``model_catalog.py`` (the registered
-models) are imported by their own names.
+``capabilities.py`` (what each Keras binding runs), ``checks.py``, ``overrides.py``,
+``presets.py`` and ``model_catalog.py`` (the registered models) are imported by their own names.
 """
 from __future__ import annotations
 
-from hvdtrain.config.sections import (CUSTOM_LOOP_ONLY, SECTIONS, Compression, Config, DataCache,
+from hvdtrain.config.sections import (SECTIONS, Compression, Config, DataCache,
                                       DataConfig, DataSource, Device, HorovodConfig, Loop,
                                       LrDecay, LrScaling, ModelConfig, OptimConfig,
                                       OptimizerName, Precision, ReduceOp, RunConfig,
                                       TrainConfig)
 from hvdtrain.config.values import differences, fingerprint, to_dict
 
-__all__ = ["CUSTOM_LOOP_ONLY", "SECTIONS", "Compression", "Config", "DataCache", "DataConfig",
+__all__ = ["SECTIONS", "Compression", "Config", "DataCache", "DataConfig",
            "DataSource", "Device", "HorovodConfig", "Loop", "LrDecay", "LrScaling", "ModelConfig",
            "OptimConfig", "OptimizerName", "Precision", "ReduceOp", "RunConfig", "TrainConfig",
            "differences", "fingerprint", "to_dict"]

@@ -1,5 +1,5 @@
 """The config's sections: typed, frozen dataclasses (choices as Literal[...]), each checked when
-built, and the options only the custom loop can run.
+built; what only the custom loop runs is read from the bindings' tables (``capabilities``).
 
 Every field carries its help text in ``metadata["help"]``; ``describe()`` turns those into the
 ``hvdtrain train --help`` listing, so the documentation cannot drift from the code.
@@ -10,7 +10,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hvdtrain.config import checks, model_catalog
+from hvdtrain.config import capabilities, checks, model_catalog
 from hvdtrain.errors import UserError
 
 # The choices of each string key: the type documents them, and ``_check_choices`` enforces them.
@@ -240,16 +240,6 @@ class HorovodConfig:
                             f"default), got {self.cycle_time_ms}")
 
 
-# What only the custom loop can do, and why (Config.__post_init__ checks it).
-CUSTOM_LOOP_ONLY = {
-    "horovod.op=adasum": ("on Keras 2 Horovod's Keras DistributedOptimizer rejects op=Adasum (it "
-                          "supports only average and sum), and hvdtrain tests Adasum on its "
-                          "custom loop alone on both stacks"),
-    "horovod.backward_passes_per_step>1": "hvdtrain accumulates gradients in its own loop",
-    "horovod.join_uneven=true": "Keras fit cannot stop one rank early and wait in hvd.join",
-}
-
-
 @dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -263,13 +253,15 @@ class Config:
     def __post_init__(self) -> None:
         if self.train.loop == "custom":
             return
-        asked = {"horovod.op=adasum": self.horovod.op == "adasum",
-                 "horovod.backward_passes_per_step>1": self.horovod.backward_passes_per_step > 1,
-                 "horovod.join_uneven=true": self.horovod.join_uneven}
-        for option, wanted in asked.items():
-            if wanted:
-                raise UserError(f"{option} needs the custom loop: "
-                                f"{CUSTOM_LOOP_ONLY[option]}; pass --loop custom")
+        # What fit runs is the bindings' tables' to say (capabilities.py), on both stacks.
+        asked = {"adasum_in_fit": ("horovod.op=adasum", self.horovod.op == "adasum"),
+                 "accumulation_in_fit": ("horovod.backward_passes_per_step>1",
+                                         self.horovod.backward_passes_per_step > 1),
+                 "join_uneven_in_fit": ("horovod.join_uneven=true", self.horovod.join_uneven)}
+        for field_name, (option, wanted) in asked.items():
+            why = capabilities.refused_by_any(field_name) if wanted else None
+            if why:
+                raise UserError(f"{option} needs the custom loop: {why}; pass --loop custom")
 
 
 SECTIONS: dict[str, type] = {name: kind for name, kind in typing.get_type_hints(Config).items()

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdtrain import files
-from hvdtrain.data import images, records, sources
+from hvdtrain.data import image_decoding, images, records, sources
 from hvdtrain.config import DataConfig
 from hvdtrain.errors import UserError
 from hvdtrain.progress import Progress
@@ -46,7 +46,7 @@ def _samples(split: sources.Split, order: np.ndarray,
     assert isinstance(split, images.ImageFiles)  # convert reads .npz files and image folders
     paths = [split.paths[i] for i in order]
     # Decoded in parallel, in order: a failure surfaces at the position of its file.
-    stream = images.decoded(paths, split.image_shape).as_numpy_iterator()
+    stream = image_decoding.decoded(paths, split.image_shape).as_numpy_iterator()
     for path, label in zip(paths, split.labels[order].tolist()):
         try:
             image = next(stream)

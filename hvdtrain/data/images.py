@@ -2,8 +2,8 @@
 Keras's ``image_dataset_from_directory`` and torchvision's ``ImageFolder``.
 
 Class ids are the sorted folder names, so every rank (and the eval set) numbers them alike.
-Files are decoded and resized inside tf.data (``decoder``); nothing here knows about Horovod:
-sharding takes ``rank`` and ``size`` as arguments.
+Files are decoded and resized inside tf.data (``image_decoding``); nothing here knows about
+Horovod: sharding takes ``rank`` and ``size`` as arguments.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from hvdtrain.data import sharding
-from hvdtrain.data.tfdata import (TrainStream, gathered_train, indexed_train, keeps_in_memory,
-                                  with_thread_budget)
+from hvdtrain.data.image_decoding import batch_decoder, check_decodable, decode_all, decoded
+from hvdtrain.data.tfdata import TrainStream, gathered_train, indexed_train, keeps_in_memory
 from hvdtrain.errors import UserError
 
 # The first bytes of the formats decoded here (tf.io.decode_image also reads GIF and BMP, but
@@ -87,7 +87,7 @@ def entries(folder: str) -> tuple[list[str], list[str]]:
 def scan(root: str, image_shape: tuple[int, ...], *, cache: str = "off") -> ImageFiles:
     """Every image of ``root``'s class folders, checked cheaply (the folders are readable, no
     class is empty, every file starts like a JPEG or PNG); the content is checked by
-    ``undecodable``."""
+    ``image_decoding.undecodable``."""
     classes = [e for e in _list(Path(root)) if e.is_dir()]
     if not classes:
         raise UserError(f"{root} holds no class folders: data.source=images needs "
@@ -172,83 +172,11 @@ def padded_width(images: ImageFiles, size: int, rank: int, pad: bool) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Decoding
-
-def decoder(image_shape: tuple[int, ...]):
-    """path -> float32 image in [0, 1] of ``image_shape`` (H, W, C): decoded (grey and colour
-    converted to C channels), then resized with antialiasing whatever its stored size."""
-    height, width, channels = image_shape
-
-    def decode(path: tf.Tensor) -> tf.Tensor:
-        image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
-                                   expand_animations=False)
-        image = tf.image.resize(tf.cast(image, tf.float32), (height, width), antialias=True)
-        return tf.clip_by_value(image / 255.0, 0.0, 1.0)
-    return decode
-
+# Decoding (image_decoding.py) and its checks
 
 def cached(split: ImageFiles, count: int) -> bool:
     """Whether a rank keeps its ``count`` images in memory once decoded (data.cache)."""
     return keeps_in_memory(split.cache, count, split.image_shape)
-
-
-def decoded(paths, image_shape: tuple[int, ...]) -> tf.data.Dataset:
-    """The images of ``paths`` in order, decoded in parallel."""
-    ds = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string)).map(
-        decoder(image_shape), num_parallel_calls=tf.data.AUTOTUNE)
-    return with_thread_budget(ds)
-
-
-def decode_all(paths, image_shape: tuple[int, ...]) -> np.ndarray:
-    """The images of ``paths`` as one float32 array [n, *image_shape] (data.cache); a file
-    that fails (data.verify_images off) is named."""
-    try:
-        chunks = list(decoded(paths, image_shape).batch(256).as_numpy_iterator())
-    except tf.errors.OpError:
-        check_decodable(paths, image_shape[-1])
-        raise
-    return (np.concatenate(chunks) if chunks
-            else np.zeros((0, *image_shape), np.float32))
-
-
-def batch_decoder(paths: tf.Tensor, image_shape: tuple[int, ...]):
-    """A batch of indices -> the decoded images of those files (for index-ordered streams)."""
-    decode = decoder(image_shape)
-    spec = tf.TensorSpec(image_shape, tf.float32)
-
-    def fetch(idx: tf.Tensor) -> tf.Tensor:
-        return tf.map_fn(decode, tf.gather(paths, idx), fn_output_signature=spec)
-    return fetch
-
-
-def undecodable(paths, channels: int) -> list[str]:
-    """The files of ``paths`` that cannot be read or decoded (truncated or corrupt), found in
-    one parallel pass: a failed file is dropped from the stream, so its index is missing."""
-    paths = list(paths)
-    if not paths:
-        return []
-
-    def check(index: tf.Tensor, path: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
-                                   expand_animations=False)
-        return index, tf.shape(image)  # a data dependency: the decode cannot be pruned
-    ds = (tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), paths))
-          .map(check, num_parallel_calls=tf.data.AUTOTUNE)
-          .ignore_errors()
-          .batch(1024))
-    seen = np.zeros(len(paths), bool)
-    for batch, _ in with_thread_budget(ds).as_numpy_iterator():
-        seen[batch] = True
-    return [p for p, ok in zip(paths, seen) if not ok]
-
-
-def check_decodable(paths, channels: int) -> None:
-    """UserError naming the first of ``paths`` that does not decode with ``channels`` channels."""
-    bad = undecodable(paths, channels)
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise UserError(f"image {bad[0]}{more} cannot be decoded (truncated or corrupt): "
-                        f"replace or remove it")
 
 
 def read_problem(split, rank: int, size: int) -> str | None:

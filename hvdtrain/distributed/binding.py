@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar, cast
 
 import tensorflow as tf
 
 from hvdtrain.config import HorovodConfig
+from hvdtrain.config.capabilities import Capabilities
 from hvdtrain.distributed.broadcast import BroadcastInitialState, stall_watchdog
 from hvdtrain.distributed import batch_norm
 from hvdtrain.errors import UserError
@@ -24,7 +25,10 @@ T = TypeVar("T")
 
 
 class KerasBinding(Protocol):
-    """The functions a binding module provides (its module-level functions, checked by mypy)."""
+    """The functions a binding module provides (its module-level functions, checked by mypy),
+    and its table of what it runs."""
+
+    CAPABILITIES: Capabilities
 
     def distributed_optimizer(self, optimizer: tf.keras.optimizers.Optimizer,
                               options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
@@ -71,17 +75,26 @@ class KerasBinding(Protocol):
     def scale_loss(self, optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
         """A LossScaleOptimizer's scaled loss ..."""
 
-    def unscale_gradients(self, optimizer: tf.keras.optimizers.Optimizer,
-                          gradients: list[tf.Tensor]) -> list[tf.Tensor]:
-        """... its gradients unscaled (Keras 2 only) ..."""
-
     def apply_scaled_gradients(self, optimizer: tf.keras.optimizers.Optimizer,
                                gradients: list[tf.Tensor],
                                variables: Sequence[tf.Variable]) -> None:
-        """... or applied, unscaled, checked for inf/NaN on the way."""
+        """... and its gradients applied, unscaled, checked for inf/NaN on the way."""
 
     def sync_batch_normalization_class(self) -> type:
         """The BatchNormalization whose training moments are the global batch's."""
+
+
+class UnscalingBinding(Protocol):
+    """A binding whose table lets it unscale gradients (Keras 2's) has this function too."""
+
+    def unscale_gradients(self, optimizer: tf.keras.optimizers.Optimizer,
+                          gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+        """A LossScaleOptimizer's gradients unscaled."""
+
+
+if TYPE_CHECKING:  # mypy: the binding whose table allows unscale_gradients has the function
+    from hvdtrain.distributed import keras2 as _unscaling
+    _UNSCALING: UnscalingBinding = _unscaling
 
 
 @functools.cache
@@ -96,20 +109,38 @@ def _keras_binding() -> KerasBinding:
                     f"bindings for Keras 2 and 3: install a supported stack (make install)")
 
 
+def capabilities() -> Capabilities:
+    """What this stack's binding runs: its table (``hvdtrain.config.capabilities``)."""
+    return _keras_binding().CAPABILITIES
+
+
+def _refuse_buckets(table: Capabilities, options: HorovodConfig) -> None:
+    if options.bucket_mb and table.bucket_mb:
+        raise UserError(f"horovod.bucket_mb is not applied on {table.keras}: {table.bucket_mb}; "
+                        f"leave it at 0")
+
+
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
                           options: HorovodConfig | None = None) -> tf.keras.optimizers.Optimizer:
     """``optimizer`` made distributed: its update averages the gradients over ranks (ring
     all-reduce) first. Wrap a fresh optimizer, before compile."""
     options = options or HorovodConfig()
-    if options.backward_passes_per_step > 1:
+    table = capabilities()
+    if options.backward_passes_per_step > 1 and table.accumulation_in_fit:
         raise UserError("backward_passes_per_step > 1 is not applied by distributed_optimizer() "
                         "in fit: accumulate in hvdtrain's custom loop (--loop custom)")
+    _refuse_buckets(table, options)
+    if options.op == "adasum" and table.adasum_in_fit:
+        raise UserError(f"on {table.keras} {table.adasum_in_fit}: for Adasum use "
+                        f"dist.distributed_tape with a plain optimizer (hvdtrain's custom loop, "
+                        f"--loop custom)")
     return _keras_binding().distributed_optimizer(optimizer, options)
 
 
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
     """``tape``, whose gradient() returns the gradients reduced over ranks (average or Adasum,
     as ``options`` say). Apply them with a plain optimizer: a distributed one refuses them."""
+    _refuse_buckets(capabilities(), options)
     return _keras_binding().distributed_tape(tape, options)
 
 
@@ -173,7 +204,11 @@ def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
                       gradients: list[tf.Tensor]) -> list[tf.Tensor]:
     """Keras 2: the LossScaleOptimizer's gradients unscaled. Keras 3 refuses it with one line:
     its LossScaleOptimizer unscales inside apply_gradients (``apply_scaled_gradients``)."""
-    return _keras_binding().unscale_gradients(optimizer, gradients)
+    table = capabilities()
+    if table.unscale_gradients:
+        raise UserError(f"unscale_gradients() does not exist on {table.keras}: "
+                        f"{table.unscale_gradients}")
+    return cast(UnscalingBinding, _keras_binding()).unscale_gradients(optimizer, gradients)
 
 
 def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: list[tf.Tensor],

@@ -15,25 +15,21 @@ import horovod.tensorflow as hvd
 # Horovod: the Keras 2 wrapper: DistributedOptimizer, callbacks and elastic state.
 import horovod.tensorflow.keras as hvd_keras
 
-from hvdtrain.config import HorovodConfig
+from hvdtrain.config import HorovodConfig, capabilities
 from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
 from hvdtrain.distributed.reducer import mark_reduced, refuse_reduced
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
+CAPABILITIES = capabilities.KERAS2  # what this binding runs, and why not where it does not
 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
                           options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
     """Horovod's DistributedOptimizer around ``optimizer``, refusing gradients a distributed
-    tape reduced already, with what was set on ``optimizer`` outside its config. Refuses
-    Adasum, which Horovod's Keras optimizer does not take."""
-    refuse_buckets(options)
-    if options.op == "adasum":
-        raise UserError("on Keras 2 Horovod's Keras DistributedOptimizer averages or sums only: "
-                        "for Adasum use dist.distributed_tape with a plain optimizer "
-                        "(hvdtrain's custom loop, --loop custom)")
+    tape reduced already, with what was set on ``optimizer`` outside its config. (The seam
+    refused what CAPABILITIES says it does not run: Adasum, bucket_mb.)"""
     # Horovod: average gradients across ranks with ring all-reduce before every update
     # (compressed to float16 on the wire if asked; sparse gradients reduced densely if asked).
     distributed = hvd_keras.DistributedOptimizer(optimizer, compression=compression(options),
@@ -96,18 +92,9 @@ def _reduce_exactly_once(distributed: Any) -> None:
     distributed.apply_gradients = applying
 
 
-def refuse_buckets(options: HorovodConfig) -> None:
-    """horovod.bucket_mb is hvdtrain's reducer's; Horovod's optimizer and tape would ignore it."""
-    if options.bucket_mb:
-        raise UserError("horovod.bucket_mb is not applied by Horovod's own optimizer and tape "
-                        "on Keras 2: they all-reduce each gradient as backprop produces it "
-                        "already (fused per cycle); leave it at 0")
-
-
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
     """Horovod's DistributedGradientTape around ``tape``; what its gradient() returns is
     recorded as reduced, so that a distributed optimizer refuses it."""
-    refuse_buckets(options)
     # Horovod: tape.gradient() returns gradients already reduced across ranks (average or
     # Adasum), so every rank applies the same update.
     reducing = hvd.DistributedGradientTape(tape, compression=compression(options),
@@ -216,6 +203,7 @@ def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.
 
 def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
                       gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+    # Outside the seam's Protocol: Keras 3's table refuses it (binding.UnscalingBinding).
     return optimizer.get_unscaled_gradients(gradients)
 
 

@@ -22,12 +22,13 @@ import horovod.tensorflow.elastic as hvd_elastic
 # Horovod: the elastic state base class that syncs plain Python values from rank 0.
 from horovod.common.elastic import ObjectState
 
-from hvdtrain.config import HorovodConfig
+from hvdtrain.config import HorovodConfig, capabilities
 from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
 from hvdtrain.distributed.reducer import mark_reduced, reduce_gradients, refuse_reduced
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
+CAPABILITIES = capabilities.KERAS3  # what this binding runs, and why not where it does not
 MODEL_FILE = "model.keras"
 SEED_STATE = "seed_generator_state"  # the variable name of Keras 3's SeedGenerator state
 
@@ -246,16 +247,6 @@ def load_model(path: Path) -> tf.keras.Model:
 
 def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
     return optimizer.scale_loss(loss)  # Keras 3's LossScaleOptimizer
-
-
-def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
-                      gradients: list[tf.Tensor]) -> list[tf.Tensor]:
-    # Keras 3's LossScaleOptimizer unscales (and checks for inf/NaN) inside apply_gradients:
-    # gradients unscaled here would be unscaled twice, and returning them scaled would mislead
-    # whoever clips or logs them.
-    raise UserError("unscale_gradients() does not exist on Keras 3: its LossScaleOptimizer "
-                    "unscales inside apply_gradients, so pass it the scaled gradients; to clip "
-                    "or log them, divide by optimizer.dynamic_scale first")
 
 
 def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: list[tf.Tensor],

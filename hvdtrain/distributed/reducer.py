@@ -53,17 +53,32 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
         if isinstance(grad, tf.IndexedSlices) and options.sparse_as_dense:
             out[i] = tf.convert_to_tensor(grad)
         (sparse if isinstance(out[i], tf.IndexedSlices) else dense).append(i)
-    each = sparse + (dense if options.op == "adasum" else [])
-    for i in each:
+    if options.op == "adasum":
+        _reduce_each(out, sparse + dense, options, name)
+    else:
+        _reduce_each(out, sparse, options, name)
+        _reduce_grouped(out, dense, options, name)
+    return out
+
+
+def _reduce_each(out: list[Any], positions: list[int], options: HorovodConfig,
+                 name: str) -> None:
+    """The gradients at ``positions`` in ``out`` reduced tensor by tensor, in place."""
+    for i in positions:
         # Horovod: an IndexedSlices is all-gathered (values and indices), apart from the dense
         # gradients: 0.28.1's grouped all-reduce rebuilds it with another entry's shape. Adasum
         # goes tensor by tensor (its grouped form fails on CPU tensors in 0.28.1).
         out[i] = hvd.allreduce(out[i], op=reduce_op(options), compression=compression(options),
                                name=f"{name}_{i}")
+
+
+def _reduce_grouped(out: list[Any], dense: list[int], options: HorovodConfig,
+                    name: str) -> None:
+    """The dense gradients at ``dense`` in ``out`` reduced in place: one grouped all-reduce
+    per dtype, or per bucket of ``options.bucket_mb``."""
     by_dtype: dict[tf.DType, list[int]] = {}
     for i in dense:
-        if i not in each:
-            by_dtype.setdefault(out[i].dtype, []).append(i)
+        by_dtype.setdefault(out[i].dtype, []).append(i)
     limit = math.ceil(options.bucket_mb * MB)  # a bucket_mb > 0 gives at least 1 byte
     for dtype, of_dtype in sorted(by_dtype.items(), key=lambda item: item[0].name):
         base = name if len(by_dtype) == 1 else f"{name}_{dtype.name}"
@@ -79,7 +94,6 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
                                             name=base if len(groups) == 1 else f"{base}_b{k}")
             for i, grad in zip(grouped, reduced):
                 out[i] = grad
-    return out
 
 
 def _bytes(elements: int | None, itemsize: int) -> int | None:

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from hvdtrain.models import registry
 from hvdtrain.training import checkpoints
-from hvdtrain.data import images, predict_inputs, sharding, sources
+from hvdtrain.data import image_decoding, images, predict_inputs, sharding, sources
 from hvdtrain import distributed as dist
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
@@ -197,8 +197,8 @@ def run(req: Request, config: Config, world: dist.World) -> None:
         inputs = predict_inputs.read(req.input, input_shape(model), config)
         if isinstance(inputs.split, images.ImageFiles):  # a corrupt file named before scoring
             own = sharding.shard_indices(len(inputs), world.rank, world.size)
-            images.check_decodable([inputs.split.paths[i] for i in own],
-                                   inputs.split.image_shape[-1])
+            image_decoding.check_decodable([inputs.split.paths[i] for i in own],
+                                           inputs.split.image_shape[-1])
     except UserError as e:
         problem = str(e)
     dist.agree_or_fail(problem, world)  # Horovod: all ranks stop together, or none does

@@ -16,7 +16,7 @@ from helpers import (assert_ok, assert_stopped_with_one_line, convert_digits, hv
                      launcher_turns)
 from hvdtrain.models import registry
 from hvdtrain.training import checkpoints
-from hvdtrain.data import images, records
+from hvdtrain.data import image_decoding, records
 from hvdtrain.config import ModelConfig
 from hvdtrain.testing.digit_files import SORTED, digits_uint8, write_digit_tree
 
@@ -57,7 +57,7 @@ def _model_outputs(model: tf.keras.Model, kind: str, where: Path) -> tuple[list[
         names = [str(i) for i in range(len(x))]
     elif kind == "images":
         names = sorted(str(p) for p in where.rglob("*.*"))
-        x = np.stack(list(images.decoded(names, SHAPE).as_numpy_iterator()))
+        x = np.stack(list(image_decoding.decoded(names, SHAPE).as_numpy_iterator()))
     else:
         meta = records.read_sidecar(str(where))
         files = sorted([*meta["train_files"], *meta["eval_files"]])

@@ -1,13 +1,15 @@
-"""Horovod's options without a launcher: what the fit loop refuses, and what a world size or
-controller refuses (the HOROVOD_* variables they set: test_rank_env.py)."""
+"""Horovod's options without a launcher: what the fit loop refuses (read from the bindings'
+tables), what the seam refuses from this stack's table, and what a world size or controller
+refuses (the HOROVOD_* variables they set: test_rank_env.py)."""
 from __future__ import annotations
 
+import dataclasses
 
 import pytest
 
 from hvdtrain import cli, config
 from hvdtrain.training import preflight
-from hvdtrain.config import overrides, presets
+from hvdtrain.config import capabilities, overrides, presets
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
 
@@ -53,6 +55,54 @@ def test_fit_refuses_what_only_the_custom_loop_does(assignment, fragment):
     assert fragment in str(err.value)
     cfg = presets.build_config("digits", None, [assignment, "train.loop=custom"])
     assert cfg.train.loop == "custom"
+
+
+def test_fit_refuses_what_either_bindings_table_refuses_there(monkeypatch):
+    # Keras 3's table runs Adasum in fit, Keras 2's does not: the config refuses it on both
+    # stacks (a config means the same on either), naming the one that cannot and its reason.
+    with pytest.raises(UserError) as err:
+        config.Config(horovod=HorovodConfig(op="adasum"))
+    assert str(err.value) == (f"horovod.op=adasum needs the custom loop: on Keras 2 "
+                              f"{capabilities.KERAS2.adasum_in_fit}, and a config means the same "
+                              f"on both stacks; pass --loop custom")
+    # Both refusing, each for its own reason: both named.
+    differing = (capabilities.KERAS2, dataclasses.replace(capabilities.KERAS3,
+                                                          adasum_in_fit="a reason of its own"))
+    monkeypatch.setattr(capabilities, "BINDINGS", differing)
+    assert capabilities.refused_by_any("adasum_in_fit") == (
+        f"on Keras 2 {capabilities.KERAS2.adasum_in_fit}; on Keras 3 a reason of its own")
+    # Control: with Keras 2's table running it too, the config takes it: the check is the tables'.
+    monkeypatch.setattr(capabilities, "BINDINGS", (
+        dataclasses.replace(capabilities.KERAS2, adasum_in_fit=None), capabilities.KERAS3))
+    assert config.Config(horovod=HorovodConfig(op="adasum")).train.loop == "fit"
+
+
+def test_the_seam_refuses_what_this_stacks_table_refuses(monkeypatch):
+    import tensorflow as tf
+    from hvdtrain import distributed as dist
+    binding = dist.binding._keras_binding()
+    table = dist.binding.capabilities()
+    assert table is (capabilities.KERAS2 if dist.keras_version().startswith("2.")
+                     else capabilities.KERAS3) is binding.CAPABILITIES
+    optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+    gradients = [tf.constant([3.0])]
+    if table.unscale_gradients:   # Keras 3: one line, the table's reason
+        with pytest.raises(UserError) as err:
+            dist.unscale_gradients(optimizer, gradients)
+        assert str(err.value) == (f"unscale_gradients() does not exist on Keras 3: "
+                                  f"{table.unscale_gradients}")
+    else:                         # Keras 2: divided by the loss scale (2**15 to start)
+        unscaled = dist.unscale_gradients(optimizer, gradients)
+        assert float(unscaled[0][0]) == 3.0 / 2**15
+    # Control: this binding given a table that refuses both, the seam refuses both, its reasons.
+    monkeypatch.setattr(binding, "CAPABILITIES", dataclasses.replace(
+        table, unscale_gradients="reason u", bucket_mb="reason b"))
+    with pytest.raises(UserError, match=f"^unscale_gradients\\(\\) does not exist on "
+                                        f"{table.keras}: reason u$"):
+        dist.unscale_gradients(optimizer, gradients)
+    with pytest.raises(UserError, match=f"^horovod.bucket_mb is not applied on {table.keras}: "
+                                        f"reason b; leave it at 0$"):
+        dist.distributed_tape(tf.GradientTape(), HorovodConfig(bucket_mb=1.0))
 
 
 def test_fit_takes_mixed_float16():

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from helpers import shard_logged
 from hvdtrain.training import rundir
-from hvdtrain.data import images, sources, tfdata
+from hvdtrain.data import image_decoding, images, sources, tfdata
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import NAMES, SORTED, digits_uint8, sample_photos, write_digits
 from hvdtrain.errors import UserError
@@ -51,7 +51,7 @@ def test_classes_are_the_sorted_folder_names_and_labels_follow_them(tree):
 def test_decoding_png_is_exact_and_jpeg_resized_from_16x16_is_close(tree):
     x, _ = digits_uint8()
     found = images.scan(str(tree), (8, 8, 1))
-    decoded = images.decode_all(found.paths, (8, 8, 1))
+    decoded = image_decoding.decode_all(found.paths, (8, 8, 1))
     assert decoded.shape == (N, 8, 8, 1) and decoded.dtype == np.float32
     for path, image in zip(found.paths, decoded):
         want = x[_index(path)] / 255.0
@@ -70,8 +70,8 @@ def test_real_photos_are_resized_and_converted_to_the_channels_asked(tmp_path):
     from sklearn.datasets import load_sample_images
     arrays = load_sample_images().images                  # what scikit-learn decodes
     photos = sample_photos()
-    colour = images.decode_all([str(p) for p in photos], (16, 24, 3))
-    grey = images.decode_all([str(p) for p in photos], (16, 24, 1))
+    colour = image_decoding.decode_all([str(p) for p in photos], (16, 24, 3))
+    grey = image_decoding.decode_all([str(p) for p in photos], (16, 24, 1))
     assert colour.shape == (2, 16, 24, 3) and grey.shape == (2, 16, 24, 1)
     for array, rgb, g in zip(arrays, colour, grey):
         want = tf.image.resize(array.astype(np.float32), (16, 24), antialias=True).numpy() / 255
@@ -124,7 +124,7 @@ def test_shard_log_names_the_files_the_stream_yields(tree, tmp_path, monkeypatch
                                               first_epoch=0, epochs=2, seed=5, shuffle=True),
                            tmp_path)
     assert set(ids) == {split.paths[i] for i in images.own_indices(split, 1, 3)}
-    np.testing.assert_allclose(np.concatenate(xs), images.decode_all(ids, (8, 8, 1)),
+    np.testing.assert_allclose(np.concatenate(xs), image_decoding.decode_all(ids, (8, 8, 1)),
                                atol=1e-6)
 
 
@@ -165,7 +165,7 @@ def test_cache_gives_the_same_batches(tree):
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_eval_is_disjoint_complete_and_unpadded(tree, size):
     split = images.scan(str(tree), (8, 8, 1), cache="on" if size == 2 else "off")
-    want = images.decode_all(split.paths, (8, 8, 1))
+    want = image_decoding.decode_all(split.paths, (8, 8, 1))
     seen = []
     for rank in range(size):
         for x, y in sources.eval_dataset(split, rank=rank, size=size, batch_size=4) \
