@@ -43,7 +43,7 @@ def test_each_test_under_both_launchers_runs_under_one_of_them_in_turn():
     # Of the tests that had both, each launcher keeps some: turns, not always the same one.
     paired = {twin[nodeid] for nodeid in left_out}
     kept_of_pairs = [nodeid for nodeid in turns if twin[nodeid] in paired]
-    for launcher in ("gloo", "mpi"):
+    for launcher in LAUNCHERS:
         assert any(launcher in LAUNCHER_IN_ID.findall(n) for n in kept_of_pairs), launcher
 
 
