@@ -8,10 +8,11 @@ from hvdtrain.launch import launchers
 
 
 def _horovod_first(names: Iterable[str | None]) -> tuple[str, ...]:
-    """The variables set in ``names``, Horovod's own (HOROVOD_*) first: horovodrun's workers
-    inherit the environment horovodrun started in, which may hold an outer launcher's numbers
-    (those of an mpirun or srun task that ran horovodrun)."""
-    return tuple(sorted(filter(None, names), key=lambda name: not name.startswith("HOROVOD_")))
+    """The variables named in ``names``, each once (launchers may share one), Horovod's own
+    (HOROVOD_*) first: horovodrun's workers inherit the environment horovodrun started in, which
+    may hold an outer launcher's numbers (those of an mpirun or srun task that ran horovodrun)."""
+    named = dict.fromkeys(filter(None, names))
+    return tuple(sorted(named, key=lambda name: not name.startswith("HOROVOD_")))
 
 
 # Set before Python starts, enough to know a process's rank before hvd.init(): the variables of
