@@ -158,6 +158,9 @@ def relative_distance(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 # eval samples).
 EXACT = ["--set", "data.num_samples=333", "--set", "run.tensorboard=false",
          "--set", "run.export=false"]
+# The resume cases' job (digits-mlp, exported): the runs they copy or compare with are
+# tests/multirank/conftest.py's, and a run stopped and resumed must equal one made straight.
+RESUME_ARGS = ["--preset", "digits-mlp", "--set", "run.tensorboard=false"]
 
 
 # ---------------------------------------------------------------------------------------------

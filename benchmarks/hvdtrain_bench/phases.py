@@ -2,12 +2,16 @@
 with a Horovod timeline, on this stack and on another's virtualenv (``--other-venv``) in
 interleaved rounds.
 
-The phases, and how a step's are read from rank 0's timeline: shared/timeline.py.
+The phases, and how a step's are read from rank 0's timeline: shared/timeline.py. This stack
+runs once more with its reduction in buckets (``--bucket-mb``, horovod.bucket_mb): the share of
+the all-reduce that ran during backprop, and that step against the one-bucket step of the same
+round (Keras 2's Horovod optimizer reduces gradient by gradient: its share is Horovod's).
 Medians over the timed steps (the warmup epochs left out), then over rounds. The timeline's own
 writing slows the job a little: these are a breakdown, the rates are bench scaling's.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 import sys
@@ -22,16 +26,23 @@ from hvdtrain_bench.shared.workloads import WORKLOADS, Workload
 
 SPREAD_LIMIT = stats.SPREAD_LIMIT
 RANKS = 2
+BUCKET_MB = 2.0   # MobileNetV2's 9.1 MB of gradients in about 5 buckets
+
+
+def bucket_variant(bucket_mb: float) -> str:
+    """The name this stack's bucketed run goes by in the results."""
+    return f"this, {bucket_mb:g} MB buckets"
 
 
 # ---------------------------------------------------------------------------------------------
 # The driver
 
 def measure(workload: Workload, plan: plans.Plan, work_dir: Path,
-            python: str) -> dict[str, Any]:
-    """bench scaling's 2-rank job with a timeline, on the stack of ``python``: its
-    samples/s, stack and the gradients' phases per step."""
+            python: str, settings: Sequence[str] = ()) -> dict[str, Any]:
+    """bench scaling's 2-rank job with a timeline, on the stack of ``python`` with the config
+    ``settings`` added: its samples/s, stack and the gradients' phases per step."""
     job = plans.job_options(workload, RANKS, plan, work_dir)
+    job["assignments"] += list(settings)
     timeline = Path(job["out"]).with_suffix(".timeline.json")
     what = f"bench phases: {workload.name} on {RANKS} ranks"
     # Horovod: the coordinator writes the timeline that this variable names, read at init.
@@ -60,20 +71,34 @@ def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
                                         for n in names}}
         shares[which] = {n: stats.ratio_summary([j["phases_ms"][n] / j["step_ms"]
                                                   for j in jobs], SPREAD_LIMIT) for n in names}
+    overlap = {which: {"during_backprop": stats.ratio_summary(
+                           [r[which]["during_backprop"] for r in rounds], SPREAD_LIMIT),
+                       "step_vs_this": stats.ratio_summary(
+                           [r[which]["step_ms"] / r["this"]["step_ms"] for r in rounds],
+                           SPREAD_LIMIT)}
+               for which in rounds[0] if "during_backprop" in rounds[0][which]}
     return {"model": name, "rounds": list(rounds), "load_average_before_each_round": list(loads),
-            "medians": medians, "share_of_step": shares}
+            "medians": medians, "share_of_step": shares, "overlap": overlap}
 
 
 def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
-        python: str = sys.executable, other_python: str | None = None) -> dict[str, Any]:
-    """``rounds`` interleaved rounds per model on the stack of ``python`` (and of
-    ``other_python``), written to phases.json/.md/.png."""
+        python: str = sys.executable, other_python: str | None = None,
+        bucket_mb: float = BUCKET_MB) -> dict[str, Any]:
+    """``rounds`` interleaved rounds per model on the stack of ``python``, in one bucket and
+    in buckets of ``bucket_mb`` (0: not), and on the stack of ``other_python``, written to
+    phases.json/.md/.png."""
     machine = host.machine(python)   # before the work: its load is the machine's own
     plan = dataclasses.replace(plans.QUICK if quick else plans.FULL, world_sizes=(RANKS,))
     pythons = interleave.stack_pythons(python, other_python)
+    settings: dict[str, tuple[str, ...]] = {which: () for which in pythons}
+    if bucket_mb > 0:
+        pythons = {"this": python, bucket_variant(bucket_mb): python,
+                   **{k: v for k, v in pythons.items() if k != "this"}}
+        settings[bucket_variant(bucket_mb)] = (f"horovod.bucket_mb={bucket_mb:g}",)
     results = interleave.rounds_per_model(
-        "phases", models, rounds, pythons,
-        lambda name, work_dir, python: measure(WORKLOADS[name], plan, work_dir, python),
+        "phases", models, rounds, {k: k for k in pythons},
+        lambda name, work_dir, which: measure(WORKLOADS[name], plan, work_dir,
+                                              pythons[which], settings[which]),
         summarize_model)
     result = {"benchmark": "phases", "machine": machine, "ranks": RANKS,
               "stacks": {k: results[0]["rounds"][0][k]["stack"] for k in pythons}
@@ -122,7 +147,28 @@ def markdown(result: dict[str, Any]) -> str:
                      for n, ms in m["phases_ms"].items()]
     lines.append(report.markdown_table(["model", "stack", "figure", "ms per step",
                                         "share of the step"], rows))
+    overlap = [[r["model"], which, share_text(o["during_backprop"]),
+                stats.ratio_text(o["step_vs_this"]) + (" noise" if o["step_vs_this"]["noise"]
+                                                       else "")]
+               for r in result["results"] for which, o in r["overlap"].items()]
+    lines += ["", "The all-reduce during backprop: the share of its wall time that ran before "
+                  "the step's last gradient was asked for (when no rank had finished backprop "
+                  "yet), median over rounds (spread); and the step against this stack's "
+                  "one-bucket step of the same round, median ratio (spread).", "",
+              report.markdown_table(["model", "stack", "all-reduce during backprop",
+                                     "step / one-bucket step"], overlap)]
     return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    arguments.add_stack_arguments(parser)
+    parser.add_argument("--bucket-mb", type=float, default=BUCKET_MB,
+                        help=f"this stack once more with horovod.bucket_mb=MB (default "
+                             f"{BUCKET_MB:g}; 0: not)")
+
+
+def main(args: argparse.Namespace) -> None:
+    run(Path(args.out), **arguments.stack_choice(args), bucket_mb=args.bucket_mb)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,4 +178,4 @@ BENCHMARK = registry.Benchmark(
     name="phases", help="where the gradients' all-reduce spends a 2-rank step (Horovod's "
                         "timeline: the wait, the copies, the collective), this stack against "
                         "--other-venv's",
-    main=arguments.stack_main(run), add_arguments=arguments.add_stack_arguments)
+    main=main, add_arguments=add_arguments)

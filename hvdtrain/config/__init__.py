@@ -3,7 +3,8 @@ then flags (``presets.build_config``).
 
 This module is the package's face: ``hvdtrain.config.Config`` and the rest, from the modules that
 hold them: ``sections.py`` (the typed sections), ``values.py`` (a config as plain values);
-``checks.py``, ``overrides.py`` and ``presets.py`` are imported by their own names.
+``checks.py``, ``overrides.py``, ``presets.py`` and ``model_catalog.py`` (the registered
+models) are imported by their own names.
 """
 from __future__ import annotations
 

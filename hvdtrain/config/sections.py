@@ -10,7 +10,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hvdtrain.config import checks
+from hvdtrain.config import checks, model_catalog
 from hvdtrain.errors import UserError
 
 # The choices of each string key: the type documents them, and ``_check_choices`` enforces them.
@@ -84,10 +84,8 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = _help("a registered model (mlp, cnn, resnet_small, embedding, mobilenetv2, "
-                      "resnet50) or your own as package.module:function(input_shape, "
-                      "num_classes)",
-                      default="cnn")
+    name: str = _help(f"a registered model ({', '.join(model_catalog.names())}) or your own "
+                      f"as package.module:function(input_shape, num_classes)", default="cnn")
     width: int = _help("mlp and cnn: units or filters of the first layer (later layers scale "
                        "from it)", default=64)
     dropout: float = _help("dropout rate before the classifier, 0 for none", default=0.0)

@@ -9,7 +9,6 @@ lint``) fails when a binding lacks a function or its signature drifts.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
@@ -19,6 +18,7 @@ from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.broadcast import BroadcastInitialState, stall_watchdog
 from hvdtrain.distributed import batch_norm
 from hvdtrain.errors import UserError
+from hvdtrain.keras_version import keras_major, keras_version
 
 T = TypeVar("T")
 
@@ -84,19 +84,12 @@ class KerasBinding(Protocol):
         """The BatchNormalization whose training moments are the global batch's."""
 
 
-def keras_version() -> str:
-    """The installed Keras's version, e.g. "3.15.1" or "2.15.0"."""
-    # Keras 3's tf.keras has __version__; Keras 2's (TensorFlow 2.15) does not, but its package
-    # metadata says which.
-    return getattr(tf.keras, "__version__", None) or importlib.metadata.version("keras")
-
-
 @functools.cache
 def _keras_binding() -> KerasBinding:
-    if keras_version().startswith("2."):
+    if keras_major() == 2:
         from hvdtrain.distributed import keras2
         return keras2
-    if keras_version().startswith("3."):
+    if keras_major() == 3:
         from hvdtrain.distributed import keras3
         return keras3
     raise UserError(f"this TensorFlow ships Keras {keras_version()}; hvdtrain has Horovod "

@@ -18,15 +18,12 @@ from typing import Any
 
 import tensorflow as tf
 
-
-def keras3() -> bool:
-    """Keras 3 is installed (its ``tf.keras`` has ``__version__``; Keras 2's does not)."""
-    return str(getattr(tf.keras, "__version__", "2")).startswith("3.")
+from hvdtrain.keras_version import keras_major
 
 
 def keras3_on_tensorflow() -> bool:
     """Keras 3 computing with TensorFlow (not with another backend KERAS_BACKEND names)."""
-    return keras3() and tf.keras.config.backend() == "tensorflow"
+    return keras_major() == 3 and tf.keras.config.backend() == "tensorflow"
 
 
 def fuse_batch_norm(model: tf.keras.Model) -> int:

@@ -1,5 +1,7 @@
 """Model registry: name -> builder(input_shape, num_classes, cfg) returning an uncompiled Keras
-model that outputs logits. Users add their own as ``package.module:function``."""
+model that outputs logits. A registered model is a row of ``hvdtrain/config/model_catalog.py``
+(its name and the input it takes) and its function here, of the same name, marked
+``@registered``. Users add their own as ``package.module:function``."""
 from __future__ import annotations
 
 import importlib
@@ -9,14 +11,22 @@ from typing import Callable
 import tensorflow as tf
 
 from hvdtrain.models import fused_norm
+from hvdtrain.config import ModelConfig, OptimConfig, model_catalog
 from hvdtrain.config.checks import suggest
-from hvdtrain.config import ModelConfig, OptimConfig
 from hvdtrain.errors import UserError
 
 layers = tf.keras.layers
 Builder = Callable[[tuple[int, ...], int, ModelConfig], tf.keras.Model]
+_BUILDERS: dict[str, Builder] = {}
 
 
+def registered(builder: Builder) -> Builder:
+    """Marks ``builder`` as the function of the catalog's row of its name."""
+    _BUILDERS[builder.__name__] = builder
+    return builder
+
+
+@registered
 def mlp(input_shape: tuple[int, ...], num_classes: int, cfg: ModelConfig) -> tf.keras.Model:
     """Flatten, two ReLU Dense layers (2 x width, width), then the classifier head: logits
     [batch, num_classes]."""
@@ -27,9 +37,9 @@ def mlp(input_shape: tuple[int, ...], num_classes: int, cfg: ModelConfig) -> tf.
     return _classifier(inputs, x, num_classes, cfg, "mlp")
 
 
+@registered
 def cnn(input_shape: tuple[int, ...], num_classes: int, cfg: ModelConfig) -> tf.keras.Model:
     """A small CNN for digit-sized images (8x8 up to 28x28, one or three channels)."""
-    _need_image(input_shape, "cnn", min_side=8)
     filters = max(8, cfg.width // 2)
     inputs = tf.keras.Input(input_shape)
     x = layers.Conv2D(filters, 3, padding="same", activation="relu")(inputs)
@@ -40,10 +50,10 @@ def cnn(input_shape: tuple[int, ...], num_classes: int, cfg: ModelConfig) -> tf.
     return _classifier(inputs, x, num_classes, cfg, "cnn")
 
 
+@registered
 def resnet_small(input_shape: tuple[int, ...], num_classes: int,
                  cfg: ModelConfig) -> tf.keras.Model:
     """A ResNet-style CNN for 32x32x3 (CIFAR-sized): three stages of two residual blocks."""
-    _need_image(input_shape, "resnet_small", min_side=8)
     inputs = tf.keras.Input(input_shape)
     x = _conv_bn(inputs, cfg.width, 3, 1)
     for stage, filters in enumerate((cfg.width, cfg.width * 2, cfg.width * 4)):
@@ -54,6 +64,7 @@ def resnet_small(input_shape: tuple[int, ...], num_classes: int,
     return _classifier(inputs, x, num_classes, cfg, "resnet_small")
 
 
+@registered
 def embedding(input_shape: tuple[int, ...], num_classes: int,
               cfg: ModelConfig) -> tf.keras.Model:
     """Each input value, quantized to one of 16 levels at its position, is a token looked up in
@@ -103,14 +114,24 @@ def _residual_block(x: tf.Tensor, filters: int, stride: int) -> tf.Tensor:
     return layers.ReLU()(layers.Add()([shortcut, y]))
 
 
-def _keras_application(constructor: Callable[..., tf.keras.Model], min_side: int) -> Builder:
-    def build(input_shape: tuple[int, ...], num_classes: int,
-              cfg: ModelConfig) -> tf.keras.Model:
-        _need_image(input_shape, cfg.name, min_side=min_side)
-        # weights=None: random init (nothing to download); logits out, like every model here.
-        return constructor(input_shape=input_shape, weights=None, classes=num_classes,
-                           classifier_activation=None)
-    return build
+@registered
+def mobilenetv2(input_shape: tuple[int, ...], num_classes: int,
+                cfg: ModelConfig) -> tf.keras.Model:
+    """Keras's MobileNetV2 application."""
+    return _keras_application(tf.keras.applications.MobileNetV2, input_shape, num_classes)
+
+
+@registered
+def resnet50(input_shape: tuple[int, ...], num_classes: int, cfg: ModelConfig) -> tf.keras.Model:
+    """Keras's ResNet50 application."""
+    return _keras_application(tf.keras.applications.ResNet50, input_shape, num_classes)
+
+
+def _keras_application(constructor: Callable[..., tf.keras.Model], input_shape: tuple[int, ...],
+                       num_classes: int) -> tf.keras.Model:
+    # weights=None: random init (nothing to download); logits out, like every model here.
+    return constructor(input_shape=input_shape, weights=None, classes=num_classes,
+                       classifier_activation=None)
 
 
 def _classifier(inputs: tf.Tensor, x: tf.Tensor, num_classes: int, cfg: ModelConfig,
@@ -127,14 +148,18 @@ def _need_image(input_shape: tuple[int, ...], model: str, min_side: int) -> None
                         f"(mlp takes any shape) or reshape the data")
 
 
-REGISTRY: dict[str, Builder] = {
-    "mlp": mlp,
-    "cnn": cnn,
-    "resnet_small": resnet_small,
-    "embedding": embedding,
-    "mobilenetv2": _keras_application(tf.keras.applications.MobileNetV2, 32),
-    "resnet50": _keras_application(tf.keras.applications.ResNet50, 32),
-}
+def unmatched(names: list[str], builders: dict[str, Builder]) -> list[str]:
+    """The catalog's ``names`` without a builder and the ``builders`` without a row."""
+    return [n for n in names if n not in builders] + [n for n in builders if n not in names]
+
+
+# The catalog's rows, in its order, each with its builder: a row without one, or a builder
+# without a row, fails this module's import.
+assert not unmatched(model_catalog.names(), _BUILDERS), (
+    f"hvdtrain/config/model_catalog.py and the @registered builders differ: "
+    f"{unmatched(model_catalog.names(), _BUILDERS)}")
+REGISTRY: dict[str, Builder] = {name: _BUILDERS[name] for name in model_catalog.names()}
+MIN_SIDE = {model.name: model.min_side for model in model_catalog.MODELS}
 
 
 def resolve(name: str) -> Builder:
@@ -167,6 +192,8 @@ def build(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> t
     or else compute with the fused kernel (``fused_norm``) unless ``cfg.fused_batch_norm`` is
     off."""
     builder = resolve(cfg.name)
+    if MIN_SIDE.get(cfg.name):   # a registered model's input, as its row says
+        _need_image(tuple(input_shape), cfg.name, MIN_SIDE[cfg.name])
     try:
         model = builder(tuple(input_shape), num_classes, cfg)
     except UserError:

@@ -3,8 +3,7 @@ hostfile through run_scripts/mpirun_hostfile.sh), on a user's model module writt
 result's fields and their sense, and (the control) the same launch with a model path that does
 not import stops every rank with one line and exit status 2.
 
-Skipped, with the reason, where namespaces cannot be made (see test_multihost.py, whose cluster
-fixture this file shares).
+Skipped, with the reason, where namespaces cannot be made (see test_multihost.py).
 """
 from __future__ import annotations
 
@@ -13,10 +12,12 @@ import textwrap
 
 import pytest
 
-from helpers import error_lines, importable_from, launcher_env
-from test_multihost import ROOT, cluster  # noqa: F401  (the fixture: 3 namespaced hosts)
+from helpers import ROOT, error_lines, importable_from, launcher_env
+from netns_cluster import NetnsCluster
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+
+CLUSTER = NetnsCluster   # conftest's `cluster`: 3 namespaced hosts
 
 # A user's model: 8*8*1 -> 16 -> 10, (64 + 1) * 16 + (16 + 1) * 10 = 1,210 float32 parameters.
 MODEL = textwrap.dedent("""\
@@ -31,7 +32,7 @@ MODEL = textwrap.dedent("""\
 GRADIENT_BYTES = 4 * 1210
 
 
-def test_bench_cluster_across_two_hosts_on_a_user_model(cluster, tmp_path):  # noqa: F811
+def test_bench_cluster_across_two_hosts_on_a_user_model(cluster, tmp_path):
     (tmp_path / "user_models").mkdir()
     (tmp_path / "user_models" / "benchmodel.py").write_text(MODEL)
     hostfile = tmp_path / "hostfile"

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS,
-                     assert_same_training, hvdtrain, launcher_env, one_host_summary,
-                     skip_unless_optional)
+                     assert_same_training, hvdtrain, launcher_env, one_host_summary)
 from hvdtrain.commands import k8s
-from netns_cluster import NetnsCluster, remove_stale, unavailable_reason
+from netns_cluster import NetnsCluster
 
 # The cluster is made by the first test (about 20 s); each job runs to 400 s at most.
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -24,20 +23,8 @@ pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 ROOT = TESTS.parent
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    reason = unavailable_reason()
-    if reason:
-        skip_unless_optional(f"no multi-host cluster on this machine: {reason}")
-    remove_stale()
-    with NetnsCluster(hosts=3, workdir=tmp_path_factory.mktemp("cluster")) as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def one_host_mpi_2(tmp_path_factory) -> dict:
-    """The 2-rank mpirun job on one host, which two tests compare with (run once)."""
-    return one_host_summary("mpi", 2, tmp_path_factory.mktemp("one-host"))
+CLUSTER = NetnsCluster   # conftest's `cluster`
+ONE_HOST = ("mpi", 2, TRAIN_ARGS)   # conftest's `one_host`: two tests compare with it
 
 
 def run_on_cluster(cluster: NetnsCluster, tmp_path: Path, launcher_argv: list[str],
@@ -69,7 +56,7 @@ def test_horovodrun_gloo_across_three_hosts_equals_one_host(cluster, tmp_path):
     assert_same_training(multi, one_host_summary("gloo", 3, tmp_path))
 
 
-def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path, one_host_mpi_2):
+def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path, one_host):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("# two hosts, one slot each\nhost1 slots=1\nhost2 slots=1\n")
     multi, where = run_on_cluster(cluster, tmp_path, [
@@ -80,7 +67,7 @@ def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path, one
     assert where == {0: (cluster.names[0], cluster.addresses[0]),
                      1: (cluster.names[1], cluster.addresses[1])}
     assert multi["controller"] == "mpi" and multi["world_size"] == 2
-    assert_same_training(multi, one_host_mpi_2)
+    assert_same_training(multi, one_host)
 
 
 # The Kubeflow MPI Operator's side of an MPIJob, from its source (kubeflow/mpi-operator,
@@ -98,7 +85,7 @@ def operator_launcher_env(hostfile: Path) -> dict[str, str]:
 
 
 def test_mpijob_launcher_line_trains_on_two_worker_hosts_equal_to_one_host(cluster, tmp_path,
-                                                                          one_host_mpi_2):
+                                                                          one_host):
     """hvdtrain launch k8s's launcher command, run on host1 as the launcher pod, with the
     operator's hostfile naming host2 and host3 as its worker pods."""
     name, namespace = "multi", "ml"   # the run directory: MOUNT/NAME = tmp_path/multi
@@ -120,7 +107,7 @@ def test_mpijob_launcher_line_trains_on_two_worker_hosts_equal_to_one_host(clust
     assert where == {0: (cluster.names[1], cluster.addresses[1]),
                      1: (cluster.names[2], cluster.addresses[2])}
     assert multi["controller"] == "mpi" and multi["world_size"] == 2
-    assert_same_training(multi, one_host_mpi_2)
+    assert_same_training(multi, one_host)
 
 
 # Addresses that mean every interface of a host (IPv4, IPv6, both), as ss prints them.

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS,
-                     assert_same_training, launcher_env, one_host_summary, skip_unless_optional)
-from netns_cluster import remove_stale
-from slurm_cluster import SlurmCluster, unavailable_reason
+                     assert_same_training, launcher_env)
+from slurm_cluster import SlurmCluster
 
 # A test here waits for up to three jobs of JOB_LIMIT_S each (below).
 pytestmark = [pytest.mark.multirank, pytest.mark.alone, pytest.mark.timeout(900)]
@@ -45,20 +44,10 @@ JOB_LIMIT_S = 240     # any job here: a hang fails the test (the job is cancelle
 GONE_WITHIN_S = 5     # "within seconds": every rank on every node ended after scancel or a kill
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    reason = unavailable_reason()
-    if reason:
-        skip_unless_optional(f"no SLURM cluster on this machine: {reason}")
-    remove_stale()
-    with SlurmCluster(hosts=3, workdir=tmp_path_factory.mktemp("slurm")) as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def one_host(tmp_path_factory) -> dict:
-    """The same job as 3 ranks under mpirun on this machine: what every SLURM run must equal."""
-    return one_host_summary("mpi", 3, tmp_path_factory.mktemp("one_host"), ARGS)
+CLUSTER = SlurmCluster   # conftest's `cluster`
+# conftest's `one_host`: the same job as 3 ranks under mpirun on this machine, what every SLURM
+# run must equal.
+ONE_HOST = ("mpi", 3, ARGS)
 
 
 @dataclass

@@ -345,15 +345,6 @@ def test_elastic_takes_in_an_added_worker_at_the_next_commit(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Bad input met during training: one line, non-zero exit on every rank, the run dir intact.
 
-@pytest.fixture(scope="module")
-def two_epochs(tmp_path_factory) -> Path:
-    """A run of 2 epochs (mpirun) that the resume cases below copy and resume."""
-    run_dir = tmp_path_factory.mktemp("two-epochs") / "run"
-    assert_ok(launch("mpi", 2, hvdtrain("train", *QUICK, "--epochs", "2",
-                                        "--run-dir", str(run_dir))), "2 epochs")
-    return run_dir
-
-
 def resume_that_fails(launcher: str, trained: Path, run_dir: Path, expected: str,
                       *resume_args: str):
     """Resumes a copy of ``trained`` with ``resume_args``, which must stop with a line holding

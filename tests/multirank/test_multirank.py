@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import (EXACT, assert_ok, assert_stopped_with_one_line, exported_model,
-                     hvdtrain, importable_from, largest_difference, launch, launcher_turns,
-                     snapshot, weights, worker, write_records)
+from helpers import (EXACT, RESUME_ARGS, assert_ok, assert_stopped_with_one_line,
+                     exported_model, hvdtrain, importable_from, largest_difference, launch,
+                     launcher_turns, snapshot, weights, worker, write_records)
 from hvdtrain.launch import launchers
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
@@ -167,19 +167,6 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
         assert result["eval_accuracy"] == pytest.approx(summary["final_eval_accuracy"])
 
 
-RESUME_ARGS = ["--preset", "digits-mlp", "--set", "run.tensorboard=false"]
-
-
-@pytest.fixture(scope="module")
-def four_straight_epochs(tmp_path_factory) -> Path:
-    """The run every resumed run must equal: 4 epochs without a stop (under mpirun; at 2 ranks
-    both launchers give the same sums)."""
-    straight = tmp_path_factory.mktemp("straight") / "run"
-    assert_ok(launch("mpi", 2, hvdtrain("train", *RESUME_ARGS, "--epochs", "4",
-                                        "--run-dir", str(straight))), "4 epochs")
-    return straight
-
-
 @pytest.mark.either_launcher
 def test_stop_after_2_epochs_and_resume_to_4_equals_4_straight(launcher, four_straight_epochs,
                                                                tmp_path):
@@ -234,14 +221,6 @@ else:
 sys.argv[1:2] = []
 cli.main()
 """
-
-
-@pytest.fixture(scope="module")
-def two_epochs(tmp_path_factory) -> Path:
-    run = tmp_path_factory.mktemp("two") / "run"
-    assert_ok(launch("mpi", 2, hvdtrain("train", *RESUME_ARGS, "--epochs", "2",
-                                        "--run-dir", str(run))), "2 epochs")
-    return run
 
 
 @pytest.mark.beside   # no bound on time: off the critical path

@@ -31,7 +31,8 @@ def test_the_phases_of_a_step_count_fused_gradients_once():
     text = timeline_of(steps, tensors=2)
     text += json.dumps({"ph": "B", "name": "ALLREDUCE", "ts": 50, "pid": 9}) + ","
     text += json.dumps({"ph": "E", "ts": 90, "pid": 9}) + ","
-    found = timeline.step_phases(timeline.tensor_phases(timeline.read_timeline(text)), skip=1)
+    found = found_fused = timeline.step_phases(
+        timeline.tensor_phases(timeline.read_timeline(text)), skip=1)
     assert found["gradients"] == 2 and found["steps"] == 3
     assert found["step_ms"] == pytest.approx(0.1)
     assert found["phases_ms"] == pytest.approx({
@@ -47,6 +48,50 @@ def test_the_phases_of_a_step_count_fused_gradients_once():
              for p in ("B", "E")]
     found = timeline.step_phases(timeline.tensor_phases(apart), skip=0)
     assert found["phases_ms"]["ALLREDUCE"] == pytest.approx(0.03)
+    # One fused all-reduce after backprop overlaps none of it.
+    assert found_fused["during_backprop"] == 0.0
     # Too few steps past the warmup to time: said so, not a median of nothing.
     with pytest.raises(jobs.BenchError, match="too few"):
         timeline.step_phases(timeline.tensor_phases(timeline.read_timeline(text)), skip=2)
+
+
+def test_the_share_of_the_all_reduce_during_backprop_is_what_ran_before_the_last_request():
+    # Two buckets a step: the last layers' gradient (pid 1) is asked for at t and all-reduced
+    # at t+5..t+25; the first layers' one (pid 0), the last backprop produces, is asked for at
+    # t+15 and all-reduced at t+30..t+40. 10 of the 30 us of all-reduce ran before t+15.
+    def step(t: float) -> list[dict]:
+        phases = {1: (("NEGOTIATE_ALLREDUCE", t, t + 5), ("ALLREDUCE", t + 5, t + 25)),
+                  0: (("NEGOTIATE_ALLREDUCE", t + 15, t + 30), ("ALLREDUCE", t + 30, t + 40))}
+        return [{"ph": p, "name": name, "ts": begin if p == "B" else end, "pid": pid}
+                for pid, of_pid in phases.items() for name, begin, end in of_pid
+                for p in ("B", "E")]
+    events = [e for t in (0, 100, 200, 300) for e in step(t)]
+    found = timeline.step_phases(timeline.tensor_phases(events), skip=1)
+    assert found["during_backprop"] == pytest.approx(1 / 3)
+    # Control: the same all-reduces with both gradients asked for at t (backprop over before
+    # either all-reduce began) overlap none of it.
+    early = [dict(e, ts=e["ts"] - 15) if e["name"] == "NEGOTIATE_ALLREDUCE" and e["pid"] == 0
+             and e["ph"] == "B" else e for e in events]
+    assert timeline.step_phases(timeline.tensor_phases(early), skip=1)["during_backprop"] == 0.0
+
+
+def test_bench_phases_reports_the_bucketed_step_against_the_one_bucket_step_of_its_round():
+    from hvdtrain_bench import phases
+
+    def job(step_ms: float, during: float) -> dict:
+        return {"stack": "s", "step_ms": step_ms, "gradients": 3, "during_backprop": during,
+                "phases_ms": {"ALLREDUCE": step_ms / 10}}
+    bucketed = phases.bucket_variant(2)
+    rounds = [{"this": job(100, 0.0), bucketed: job(b, 0.4)} for b in (98, 99, 101)]
+    summary = phases.summarize_model("m", rounds, [0.1] * 3)
+    ratio = summary["overlap"][bucketed]["step_vs_this"]
+    assert ratio["per_round"] == pytest.approx([0.98, 0.99, 1.01])
+    assert summary["overlap"][bucketed]["during_backprop"]["median"] == pytest.approx(0.4)
+    # Control: the one-bucket run against itself is 1 in every round, and overlaps nothing.
+    assert summary["overlap"]["this"]["step_vs_this"]["per_round"] == [1.0] * 3
+    assert summary["overlap"]["this"]["during_backprop"]["median"] == 0.0
+    text = phases.markdown({"ranks": 2, "plan": {"rounds": 3}, "results": [summary],
+                            "stacks": {"this": "a", bucketed: "a"},
+                            "machine": {"cpu": "c", "cores": 2, "os": "o", "python": "3",
+                                        "date_utc": "d"}})
+    assert "| m | this, 2 MB buckets | 40.0% (spread 0.0%) | 0.9900 (spread 3.0%) |" in text

@@ -1,12 +1,13 @@
 """hvdtrain.models.fused_norm: a Keras 3 model's BatchNormalization on TensorFlow's fused kernel
 trains to the same weights and moving statistics as Keras's own, saves as Keras's own layer, and is
-what registry.build gives (Keras 2 fuses by itself)."""
+what registry.build gives; on Keras 2, which fuses by itself, it leaves the layers alone. Which
+stack runs is read from the installed package (helpers.keras_major), not from fused_norm."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import largest_difference
+from helpers import keras_major, largest_difference
 
 from hvdtrain.models import fused_norm, registry
 from hvdtrain.config import ModelConfig
@@ -94,20 +95,43 @@ def test_fused_model_saves_and_loads_as_keras_own_layers(tmp_path):
     assert np.allclose(model(x, training=False), loaded(x, training=False), atol=1e-6)
 
 
-def test_subclasses_keep_their_call_and_keras2_fuses_by_itself():
+@pytest.mark.keras3_only
+def test_subclasses_keep_their_call():
     class Mine(layers.BatchNormalization):
         pass
     inputs = tf.keras.Input(SHAPE)
-    model = tf.keras.Model(inputs, Mine()(layers.BatchNormalization()(inputs)))
-    assert fused_norm.fuse_batch_norm(model) == (1 if fused_norm.keras3() else 0)
+    plain = layers.BatchNormalization()
+    mine = Mine()
+    model = tf.keras.Model(inputs, mine(plain(inputs)))
+    assert fused_norm.fuse_batch_norm(model) == 1
+    assert "call" in vars(plain) and "call" not in vars(mine)
+
+
+def test_each_stack_trains_batch_norm_on_the_fused_kernel():
+    plain, model = _model(), _model()
+    count = fused_norm.fuse_batch_norm(model)
+    replaced = [layer for layer in model.layers if "call" in vars(layer)]
+    if keras_major() == 3:
+        # Keras 3's own layer computes with element-wise ops; fused_norm takes all three layers
+        # (the kernel serves the two on 4-D tensors).
+        assert FUSED_OP not in _op_types(plain)
+        assert count == 3 and len(replaced) == 3 and FUSED_OP in _op_types(model)
+    else:
+        # Keras 2 fuses by itself: fuse_batch_norm leaves every layer as Keras made it.
+        assert FUSED_OP in _op_types(plain)
+        assert count == 0 and replaced == [] and FUSED_OP in _op_types(model)
+        # Control: Keras 2's layer told not to fuse computes without the kernel.
+        inputs = tf.keras.Input(SHAPE)
+        unfused = tf.keras.Model(inputs, layers.BatchNormalization(fused=False)(inputs))
+        assert FUSED_OP not in _op_types(unfused)
 
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_models_build_trains_on_the_fused_kernel_unless_turned_off(fused):
     model = registry.build(ModelConfig(name="resnet_small", width=8, fused_batch_norm=fused),
                          (8, 8, 3), 4)
-    # Keras 2 (TensorFlow 2.15) fuses by itself; on Keras 3 the config decides.
-    expected = fused or not fused_norm.keras3()
+    # Keras 2 (TensorFlow 2.15) fuses by itself, whatever the config; on Keras 3 it decides.
+    expected = fused or keras_major() == 2
     assert (FUSED_OP in _op_types(model, (8, 8, 3))) == expected
 
 

@@ -1,7 +1,10 @@
 """hvdtrain.models.registry: every registered model builds and outputs [batch, num_classes]
-logits; user models given as package.module:function; every user mistake is a UserError."""
+logits at the smallest input its catalog row admits, and refuses a smaller one; the registry, the
+config's help, the README and the benchmarks' workloads name the catalog's models; user models
+given as package.module:function; every user mistake is a UserError."""
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 
@@ -9,9 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import ROOT
 from hvdtrain.models import registry
-from hvdtrain.config import ModelConfig
+from hvdtrain.config import ModelConfig, model_catalog, overrides, presets
 from hvdtrain.errors import UserError
+from hvdtrain_bench.shared import workloads
 
 
 def _forward(model: tf.keras.Model, input_shape, batch: int = 2) -> np.ndarray:
@@ -31,37 +36,91 @@ def _assert_logits(model: tf.keras.Model, input_shape, num_classes: int) -> None
     assert np.ptp(out) > 0                                     # not a constant output
 
 
-# Every registered model at least once (test_every_registered_model_is_covered holds it).
-CASES = [
-    ("mlp", (64,), 10),
-    ("mlp", (8, 8, 1), 3),           # mlp takes any shape
-    ("cnn", (8, 8, 1), 10),
-    ("cnn", (28, 28, 3), 4),
-    ("resnet_small", (32, 32, 3), 10),
-    ("mobilenetv2", (32, 32, 3), 7),
-    ("resnet50", (32, 32, 3), 10),
-    ("embedding", (8, 8, 1), 10),
-]
+def smallest_inputs(row: model_catalog.Model) -> list[tuple[int, ...]]:
+    """The smallest inputs the catalog's row admits: images at its least side, or, for a
+    model that takes any shape, a vector and a small grey image."""
+    return [(row.min_side, row.min_side, 3)] if row.min_side else [(64,), (8, 8, 1)]
+
+
+def too_small_inputs(row: model_catalog.Model) -> list[tuple[int, ...]]:
+    """What an image model's row refuses: a vector, a side one short, no channel axis."""
+    side = row.min_side
+    return [(64,), (side - 1, side - 1, 3), (side, side)] if side else []
+
+
+# Every registered model, from the catalog itself (a model added there is built here), at the
+# smallest input its row admits; then larger inputs and other class counts.
+CASES = [(row.name, shape, 10) for row in model_catalog.MODELS for shape in smallest_inputs(row)]
+CASES += [("mlp", (8, 8, 1), 3), ("cnn", (28, 28, 3), 4), ("resnet_small", (32, 32, 3), 10),
+          ("mobilenetv2", (32, 32, 3), 7)]
+REFUSED = [(row.name, shape) for row in model_catalog.MODELS for shape in too_small_inputs(row)]
 
 
 @pytest.mark.parametrize("name, input_shape, num_classes", CASES)
 def test_registered_models_output_logits(name, input_shape, num_classes):
-    assert name in registry.REGISTRY
     model = registry.build(ModelConfig(name=name, width=16), input_shape, num_classes)
     _assert_logits(model, input_shape, num_classes)
 
 
-def uncovered(cases: list, registry: dict) -> set[str]:
-    return set(registry) - {name for name, *_ in cases}
+def test_the_registry_builds_the_catalogs_models_with_their_own_builders():
+    assert list(registry.REGISTRY) == model_catalog.names()
+    assert all(registry.REGISTRY[name].__name__ == name for name in model_catalog.names())
+    assert {"mlp", "cnn", "resnet50"} <= set(registry.REGISTRY)
+    assert len(CASES) >= 12 and len(REFUSED) >= 12       # the catalog's cases, not none
+    # What the registry's import asserts: every row has its builder and every builder a row.
+    assert registry.unmatched(model_catalog.names(), registry.REGISTRY) == []
+    # Control: a row without a builder, or a builder without a row, is named.
+    assert registry.unmatched([*model_catalog.names(), "vit"], registry.REGISTRY) == ["vit"]
+    without = [name for name in model_catalog.names() if name != "resnet50"]
+    assert registry.unmatched(without, registry.REGISTRY) == ["resnet50"]
 
 
-def test_every_registered_model_is_covered():
-    # Held to the registry itself, not to a copy of its names: a model added to the registry
-    # without a case here fails.
-    assert uncovered(CASES, registry.REGISTRY) == set()
-    # Control: a case dropped, or a model registered with no case, is caught.
-    assert uncovered([c for c in CASES if c[0] != "resnet50"], registry.REGISTRY) == {"resnet50"}
-    assert uncovered(CASES, {**registry.REGISTRY, "vit": None}) == {"vit"}
+# ---------------------------------------------------------------------------------------------
+# The other lists of models: the config's help, the README, the benchmarks' workloads
+
+def readme_models(readme: str) -> list[str]:
+    """The names in the README's **Models** paragraph, before its "Your own" (a user model)."""
+    paragraph = readme.split("**Models** (`model.name`):", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"`(\w+)`", paragraph.split("Your own", 1)[0])
+
+
+def unlisted(text: str, names: list[str]) -> list[str]:
+    """The ``names`` that ``text`` does not name as a word."""
+    return [n for n in names if not re.search(rf"\b{re.escape(n)}\b", text)]
+
+
+def test_the_readme_lists_the_registered_models():
+    listed = readme_models((ROOT / "README.md").read_text())
+    assert sorted(listed) == sorted(model_catalog.names()), listed
+    # Control: a README that leaves models out differs (its user model is not counted).
+    left_out = "**Models** (`model.name`): `mlp`, `cnn` (images).\nYour own: `a.b:c`.\n\n"
+    assert readme_models(left_out) == ["mlp", "cnn"]
+    assert sorted(readme_models(left_out)) != sorted(model_catalog.names())
+
+
+def test_the_config_help_lists_every_registered_model():
+    text = overrides.describe()
+    help_line = text.split("model.name (", 1)[1].split("\n")[1]
+    assert unlisted(help_line, model_catalog.names()) == []
+    # Control: a help line without a model names it.
+    assert unlisted(help_line.replace("embedding, ", ""), model_catalog.names()) == ["embedding"]
+
+
+def wrong_workloads(table: dict[str, workloads.Workload]) -> list[str]:
+    """The benchmarks' workloads not keyed by the registered model their preset trains."""
+    return [key for key, work in table.items()
+            if key not in model_catalog.names() or work.name != key
+            or presets.build_config(work.preset).model.name != key]
+
+
+def test_the_benchmarks_workloads_are_registered_models():
+    assert wrong_workloads(workloads.WORKLOADS) == [] and len(workloads.WORKLOADS) >= 3
+    assert workloads.model_names(None, quick=False) and workloads.model_names(None, quick=True)
+    # Control: a model not registered, a workload whose preset trains another model, and one
+    # keyed apart from its name.
+    assert wrong_workloads({"vit": workloads.Workload("vit", "synthetic-mlp", 8, (8, 8, 1)),
+                            "cnn": workloads.Workload("cnn", "synthetic-mlp", 8, (8, 8, 1)),
+                            "resnet50": workloads.WORKLOADS["mlp"]}) == ["vit", "cnn", "resnet50"]
 
 
 def test_embedding_model_has_sparse_gradients_on_its_table():
@@ -87,15 +146,10 @@ def test_mlp_width_and_dropout_follow_the_config():
     assert len(drops) == 1 and drops[0].rate == 0.5
 
 
-@pytest.mark.parametrize("name, input_shape", [
-    ("cnn", (64,)),                   # 1-D input: not an image
-    ("cnn", (4, 4, 1)),               # sides below 8
-    ("resnet_small", (64,)),
-    ("mobilenetv2", (8, 8, 1)),       # Keras would raise a raw ValueError
-    ("resnet50", (16, 16, 3)),
-    ("resnet50", (32, 32)),
-])
+@pytest.mark.parametrize("name, input_shape", REFUSED)
 def test_model_refuses_an_input_shape_with_a_user_error(name, input_shape):
+    # Below the row's least side, Keras's applications would raise a raw ValueError and the
+    # small CNNs would build: the row's check comes first.
     with pytest.raises(UserError) as info:
         registry.build(ModelConfig(name=name), input_shape, 10)
     message = str(info.value)

@@ -8,6 +8,11 @@ Gloo's) on it, and copies them out. Every gradient is reduced once a step, so th
 occurrence of each gradient's phases belongs to step k; a phase's time in a step is the wall
 time the union of its intervals over the gradients covers (fused tensors share one interval,
 so they count once). The step is the time between the all-reduce's starts of successive steps.
+
+How much of the all-reduce overlaps backprop: no rank has finished backprop before the last
+gradient of the step is asked for (each asks for it when its backward pass has produced it), so
+the all-reduce time before that request (the latest negotiation start of the step) ran while
+backprop still ran on every rank. One all-reduce after backprop (one bucket) has none.
 """
 from __future__ import annotations
 
@@ -60,10 +65,24 @@ def covered(intervals: Iterable[Interval]) -> float:
     return total
 
 
+def clipped(intervals: Iterable[Interval], end: float) -> list[Interval]:
+    """The parts of ``intervals`` before ``end``."""
+    return [(a, min(b, end)) for a, b in intervals if a < end]
+
+
+def overlap_share(allreduces: list[Interval], requests: list[float]) -> float:
+    """The share of the wall time ``allreduces`` cover that lies before the last of
+    ``requests`` (the negotiation starts: when the last gradient was first asked for)."""
+    total = covered(allreduces)
+    return covered(clipped(allreduces, max(requests))) / total if total else 0.0
+
+
 def step_phases(phases: Mapping[int, Mapping[str, list[Interval]]], skip: int
                 ) -> dict[str, Any]:
-    """The gradients' phases per step, in milliseconds: medians over the steps after the first
-    ``skip``. The gradients are the tensors all-reduced the most times, once a step each."""
+    """The gradients' phases per step, in milliseconds, and the share of the all-reduce that
+    ran during backprop (``overlap_share``; where the timeline has the negotiations): medians
+    over the steps after the first ``skip``. The gradients are the tensors all-reduced the
+    most times, once a step each."""
     counts = {pid: len(p.get("ALLREDUCE", [])) for pid, p in phases.items()}
     steps = max(counts.values(), default=0)
     gradients = [pid for pid, n in counts.items() if n == steps]
@@ -77,6 +96,12 @@ def step_phases(phases: Mapping[int, Mapping[str, list[Interval]]], skip: int
                                for k in range(skip, steps)]
     starts = [min(phases[pid]["ALLREDUCE"][k][0] for pid in gradients)
               for k in range(skip, steps)]
-    return {"gradients": len(gradients), "steps": steps - skip,
-            "step_ms": statistics.median(b - a for a, b in zip(starts, starts[1:])) / 1e3,
-            "phases_ms": {name: statistics.median(v) for name, v in per_phase.items()}}
+    found = {"gradients": len(gradients), "steps": steps - skip,
+             "step_ms": statistics.median(b - a for a, b in zip(starts, starts[1:])) / 1e3,
+             "phases_ms": {name: statistics.median(v) for name, v in per_phase.items()}}
+    if "NEGOTIATE_ALLREDUCE" in per_phase:
+        found["during_backprop"] = statistics.median(
+            overlap_share([phases[pid]["ALLREDUCE"][k] for pid in gradients],
+                          [phases[pid]["NEGOTIATE_ALLREDUCE"][k][0] for pid in gradients])
+            for k in range(skip, steps))
+    return found
