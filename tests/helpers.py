@@ -43,8 +43,8 @@ launcher_env = launchers.launch_env
 
 def launch_command(launcher: str, np_: int, argv: list[str], *, tag_output: bool = False,
                    ) -> list[str]:
-    """launchers.launch_command; ``tag_output`` makes mpirun prefix every line with its rank
-    (``[1,R]<stdout>:``) as horovodrun always does (``[R]<stdout>:``)."""
+    """launchers.launch_command; ``tag_output`` makes mpirun prefix every line with its rank's
+    tag as horovodrun always does (the launcher's row: Entry.tag, Entry.always_tags)."""
     return launchers.launch_command(launcher, np_, argv, tag_output=tag_output)
 
 
@@ -104,8 +104,6 @@ def error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if "hvdtrain: error:" in line]
 
 
-# A traceback from a rank: horovodrun tags the ranks' lines and adds a traceback of its own.
-RANK_TRACEBACK = {"gloo": r"^\[\d+\]<std(out|err)>:Traceback", "mpi": r"Traceback"}
 STOPPED_WITHIN_S = 60
 
 
@@ -116,11 +114,12 @@ def assert_stopped_with_one_line(job: Launched, launcher: str, expected: str) ->
     errors = error_lines(job.output)
     assert len(errors) == 1, job.output[-4000:]
     assert expected in errors[0], errors[0]
-    if launcher == "gloo":
+    if launchers.entry(launcher).program == "horovodrun":
         assert job.returncode != 0 and "exit with status code 2" in job.output, job.output
     else:
         assert job.returncode == 2, (job.returncode, job.output[-4000:])
-    assert not re.search(RANK_TRACEBACK[launcher], job.output, re.M), job.output[-4000:]
+    assert not re.search(launchers.entry(launcher).rank_traceback, job.output, re.M), \
+        job.output[-4000:]
     assert job.seconds < STOPPED_WITHIN_S and not job.leftovers, (job.seconds, job.leftovers)
     return errors[0]
 

@@ -1,5 +1,6 @@
-"""``hvdtrain launch local|hostfile|elastic|slurm|discover-hosts``: the launch scripts of
-run_scripts/, reachable after a pip install (the wheel ships them under hvdtrain/shipped/);
+"""``hvdtrain launch NAME``: the launch scripts of run_scripts/ (SCRIPTS: each launcher's own,
+from its row of launchers.LAUNCHERS, then elastic, slurm and discover-hosts), reachable after a
+pip install (the wheel ships them under hvdtrain/shipped/);
 ``hvdtrain launch k8s``: a Kubeflow MPIJob that runs the hostfile one (hvdtrain/commands/k8s.py)."""
 from __future__ import annotations
 
@@ -8,22 +9,32 @@ import os
 
 from hvdtrain.install import shipped
 from hvdtrain.commands import k8s
+from hvdtrain.launch import launchers
+from hvdtrain.launch.launchers import Script
 
 NAME = "launch"
-HELP = ("run a launch script: local (N ranks here, MPI or else Gloo), hostfile (MPI over "
-        "hosts), elastic (Gloo); slurm and discover-hosts print theirs, k8s prints a Kubeflow "
-        "MPIJob ('hvdtrain launch NAME --help')")
-# name -> (file in run_scripts/, run it (True) or print how to use it (False))
-SCRIPTS = {"local": ("local.sh", True), "hostfile": ("mpirun_hostfile.sh", True),
-           "elastic": ("elastic.sh", True), "slurm": ("slurm.sbatch", False),
-           "discover-hosts": ("discover_hosts.sh", False)}
+# The launchers' own scripts (their rows of launchers.LAUNCHERS), then the scripts of no row:
+# horovodrun's elastic mode and SLURM's batch script, which hvdtrain never starts itself, and
+# elastic's host discovery.
+SCRIPTS = {script.name: script for script in [
+    *(row.script for row in launchers.LAUNCHERS.values() if row.script),
+    Script("elastic", "elastic.sh", "Gloo"),
+    Script("slurm", "slurm.sbatch", "SLURM",
+           usage="sbatch --nodes=N --ntasks-per-node=1 {path} [hvdtrain train args]"),
+    Script("discover-hosts", "discover_hosts.sh", "elastic's hosts",
+           usage='hvdtrain launch elastic ... -d "{path} hosts.txt" -- ...')]}
+HELP = ("run a launch script: "
+        + ", ".join(f"{s.name} ({s.help})" for s in SCRIPTS.values() if not s.usage) + "; "
+        + " and ".join(s.name for s in SCRIPTS.values() if s.usage)
+        + " print theirs, k8s prints a Kubeflow MPIJob ('hvdtrain launch NAME --help')")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     folder = shipped.folder("run_scripts")
+    printed = " and ".join(s.name for s in SCRIPTS.values() if s.usage)
     parser.description = (f"Runs one of the launch scripts in {folder} with ARGS (see "
-                          f"'hvdtrain launch NAME --help'); slurm and discover-hosts are "
-                          f"submitted or passed on by you, so their path is printed.")
+                          f"'hvdtrain launch NAME --help'); {printed} are submitted or passed "
+                          f"on by you, so their path is printed.")
     parser.add_argument("script", choices=[*SCRIPTS, "k8s"], metavar="NAME",
                         help=", ".join([*SCRIPTS, "k8s"]))
     parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
@@ -34,13 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.script == "k8s":
         return k8s.main(args.args)
-    file, runs = SCRIPTS[args.script]
-    path = shipped.folder("run_scripts") / file
+    script = SCRIPTS[args.script]
+    path = shipped.folder("run_scripts") / script.file
     path_only = args.args == ["--path"]  # after NAME, so the script's own flags pass through
-    if path_only or not runs:
-        usage = {"slurm": f"sbatch --nodes=N --ntasks-per-node=1 {path} [hvdtrain train args]",
-                 "discover-hosts": f'hvdtrain launch elastic ... -d "{path} hosts.txt" -- ...'}
-        print(path if path_only else f"{path}\nuse: {usage[args.script]}", flush=True)
+    if path_only or script.usage:
+        usage = f"\nuse: {script.usage.format(path=path)}" if script.usage and not path_only else ""
+        print(f"{path}{usage}", flush=True)
         return 0
     # The scripts' own messages name the command the user typed.
     os.environ["PROG"] = f"hvdtrain launch {args.script}"

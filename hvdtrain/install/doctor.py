@@ -227,9 +227,7 @@ def checks(facts: dict | None = None) -> list[Check]:
         found.append(check_controllers(build))
     found.append(check_open_mpi())
     if all(check.ok for check in found):
-        # Gloo first: it needs no MPI, like the demo (make demo).
-        found += [check_smoke(launcher, facts) for launcher in
-                  sorted(launchers.MULTI_RANK, key=lambda name: name != "gloo")]
+        found += [check_smoke(launcher, facts) for launcher in doctor_report.SMOKE_LAUNCHERS]
     return found
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hvdtrain.install import horovod_install
+from hvdtrain.launch import launchers
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,16 @@ class Check:
     detail: str   # what was found; on a failure, the problem and the command that fixes it
 
 
+# The launchers of doctor's 2-rank smoke tests, in the order it runs them: Gloo first, it needs
+# no MPI (like the demo, make demo).
+SMOKE_LAUNCHERS = tuple(sorted(launchers.MULTI_RANK, key=lambda name: name != "gloo"))
 BEGIN = "----- hvdtrain doctor --report: paste from here -----"
 END = "----- to here -----"
 # Every line of the block, in order: the test holds the block to it.
 FIELDS = ("hvdtrain", "python", "platform", "tensorflow", "keras", "tf_keras",
           "TF_USE_LEGACY_KERAS", "horovod", "horovod build", "open mpi", "open mpi btl",
           "open mpi coll", "HOROVOD_*", "OMPI_MCA_*", "gpus", "cuda", "cudnn", "nccl",
-          "launcher env", "all-reduce gloo", "all-reduce mpi", "checks")
+          "launcher env", *(f"all-reduce {name}" for name in SMOKE_LAUNCHERS), "checks")
 # The variables launchers set: SLURM, PMIx (srun --mpi=pmix, Open MPI's mpirun), Open MPI's
 # ranks, the Kubeflow MPI Operator's pods, Kubernetes.
 LAUNCHER_PREFIXES = ("SLURM_", "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "K_MPI_JOB_ROLE",
@@ -147,8 +151,7 @@ def block(found: Sequence[Check], facts: Mapping, environ: Mapping[str, str]) ->
             ("HOROVOD_*", listed["HOROVOD_*"][0]), ("OMPI_MCA_*", listed["OMPI_MCA_*"][0]),
             *_hardware(facts, dict(versions)["horovod build"]),
             ("launcher env", listed["launcher env"][0]),
-            ("all-reduce gloo", all_reduce(found, "gloo")),
-            ("all-reduce mpi", all_reduce(found, "mpi")),
+            *((f"all-reduce {name}", all_reduce(found, name)) for name in SMOKE_LAUNCHERS),
             ("checks", f"FAIL: {', '.join(failed)}" if failed else "every check ok")]
     lines = [BEGIN]
     for name, value in rows:

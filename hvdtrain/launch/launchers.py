@@ -5,19 +5,25 @@ accelerate's ``prepare_*_cmd_env`` and Horovod's ``runner/*_run.py`` do, and one
     command, env = launchers.prepare("gloo", 2, ["hvdtrain", "train"])
     subprocess.run(command, env=env)
 
-Nothing here imports Horovod or TensorFlow: a launch must not pay for either. The launch
-scripts of run_scripts/ are the user's side of the same launchers (README, "Launching").
+Each row holds every fact about its launcher that hvdtrain and its tests use: the command, the
+variables that give a rank its number, the tag it prefixes a rank's lines with, how a rank's
+traceback shows in its output, and the script of run_scripts/ that users start it with (the
+user's side of the same launcher, README "Launching"). placement, ``hvdtrain launch`` and the
+tests read them here: adding a launcher is one row (and its script, if it has one).
+
+Nothing here imports Horovod or TensorFlow: a launch must not pay for either, and a rank's own
+code may import this module.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Mapping, Sequence, get_args
 
-from hvdtrain.launch import placement
 from hvdtrain.errors import UserError
 from hvdtrain.launch.rank_process import quiet_tensorflow
 
@@ -64,7 +70,7 @@ def mpi_cmd_env(ranks: int, argv: Sequence[str], options: Options) -> CommandEnv
     mpirun = shutil.which("mpirun")
     if not mpirun:
         raise UserError(f"mpirun not on PATH: {OPEN_MPI_FIX}; 'hvdtrain doctor' checks the rest")
-    if ranks > placement.cores_available()[1]:
+    if ranks > (os.cpu_count() or 1):  # more ranks than the host has cores
         binding = ["--oversubscribe", "--bind-to", "none"]
     else:
         binding = ["--bind-to", "core", "--map-by", "core"] if options.bind_to_core else []
@@ -96,8 +102,21 @@ def single_cmd_env(ranks: int, argv: Sequence[str], options: Options) -> Command
 
 
 @dataclass(frozen=True)
+class Script:
+    """A launch script of run_scripts/, which users run from a shell, or as ``hvdtrain launch
+    NAME`` after a pip install (the wheel ships run_scripts/ whole)."""
+    name: str   # hvdtrain launch NAME
+    file: str   # its file in run_scripts/
+    help: str   # what it starts, in a few words (hvdtrain launch's help)
+    # How to use a script that is submitted or handed to another rather than run, with {path}
+    # (hvdtrain launch prints it); None: hvdtrain launch runs the script.
+    usage: str | None = None
+
+
+@dataclass(frozen=True)
 class Entry:
-    """One launcher: the function that builds its launch, and what callers choose it by."""
+    """One launcher: the function that builds its launch, what callers choose it by, and what
+    its ranks and its output look like."""
     cmd_env: Callable[[int, Sequence[str], Options], CommandEnv]
     # Starts N ranks: offered wherever a choice of launchers for N ranks is (bench's
     # --launcher, doctor's smoke tests, the tests' launcher parameter).
@@ -109,14 +128,59 @@ class Entry:
     # Horovod: the controller its ranks join (world.controller), which doctor's smoke test
     # checks they report; None where there is no job to join (one process).
     controller: Literal["mpi", "gloo"] | None
+    # The program that starts its ranks, and so how a failed rank ends the job: horovodrun
+    # names each rank's exit status and exits 1, letting the others notice the loss; mpirun
+    # exits with the failed rank's status and ends the others at once. None: no launcher.
+    program: Literal["mpirun", "horovodrun"] | None
+    # The variables it sets in each rank's environment before Python starts: its rank and the
+    # number of ranks (placement reads them before hvd.init()); None where it starts no ranks.
+    rank_variable: str | None
+    size_variable: str | None
+    # The prefix of rank R's lines on one stream in its output, with {rank} and {stream}
+    # (stdout, stderr); None where it adds none.
+    tag: str | None
+    # Tags every line, whatever Options.tag_output asks (horovodrun); else only when asked.
+    always_tags: bool
+    # A rank's traceback in its output (a regex, re.M), told apart from one of the launcher's
+    # own: horovodrun prints its own traceback when a rank fails, mpirun none.
+    rank_traceback: str
+    # The script of run_scripts/ that starts it from a shell; None where it has none.
+    script: Script | None
+
+    def rank_tag(self, rank: int, stream: str = "stdout") -> str:
+        """The prefix of rank ``rank``'s lines on ``stream`` (stdout, stderr) when the launcher
+        tags them; "" where it does not."""
+        return self.tag.format(rank=rank, stream=stream) if self.tag else ""
+
+    @property
+    def tag_pattern(self) -> str | None:
+        """Any rank's tag on either stream, as a regex; None where it adds none."""
+        if not self.tag:
+            return None
+        parts = re.split(r"(\{rank\}|\{stream\})", self.tag)
+        wild = {"{rank}": r"\d+", "{stream}": "std(?:out|err)"}
+        return "".join(wild.get(part, re.escape(part)) for part in parts)
 
 
 # The table: one row per launcher, in the order choices are offered (the tests' ids and their
 # --launcher-turns rotation follow it).
 LAUNCHERS: dict[Launcher, Entry] = {
-    "mpi": Entry(mpi_cmd_env, multi_rank=True, binds_cores=True, controller="mpi"),
-    "gloo": Entry(gloo_cmd_env, multi_rank=True, binds_cores=False, controller="gloo"),
-    "single": Entry(single_cmd_env, multi_rank=False, binds_cores=False, controller=None),
+    "mpi": Entry(mpi_cmd_env, multi_rank=True, binds_cores=True, controller="mpi",
+                 program="mpirun",
+                 rank_variable="OMPI_COMM_WORLD_RANK", size_variable="OMPI_COMM_WORLD_SIZE",
+                 tag="[1,{rank}]<{stream}>:", always_tags=False, rank_traceback=r"Traceback",
+                 script=Script("hostfile", "mpirun_hostfile.sh", "MPI over hosts")),
+    # Its script, local.sh, runs this command on this host (over MPI where mpirun is installed).
+    "gloo": Entry(gloo_cmd_env, multi_rank=True, binds_cores=False, controller="gloo",
+                  program="horovodrun",
+                  rank_variable="HOROVOD_RANK", size_variable="HOROVOD_SIZE",
+                  tag="[{rank}]<{stream}>:", always_tags=True,
+                  rank_traceback=r"^\[\d+\]<std(out|err)>:Traceback",
+                  script=Script("local", "local.sh", "N ranks here, MPI or else Gloo")),
+    "single": Entry(single_cmd_env, multi_rank=False, binds_cores=False, controller=None,
+                    program=None,
+                    rank_variable=None, size_variable=None, tag=None, always_tags=False,
+                    rank_traceback=r"Traceback", script=None),
 }
 MULTI_RANK: tuple[Launcher, ...] = tuple(name for name, entry in LAUNCHERS.items()
                                          if entry.multi_rank)

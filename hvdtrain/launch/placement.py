@@ -2,16 +2,30 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
-# Launchers set one of these before Python starts (horovodrun, Open MPI, MPICH/Intel MPI, PMIx,
-# SLURM's srun): enough to know a process's rank before hvd.init().
-LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
-                      "SLURM_PROCID")
+from hvdtrain.launch import launchers
+
+
+def _horovod_first(names: Iterable[str | None]) -> tuple[str, ...]:
+    """The variables named in ``names``, each once (launchers may share one), Horovod's own
+    (HOROVOD_*) first: horovodrun's workers inherit the environment horovodrun started in, which
+    may hold an outer launcher's numbers (those of an mpirun or srun task that ran horovodrun)."""
+    named = dict.fromkeys(filter(None, names))
+    return tuple(sorted(named, key=lambda name: not name.startswith("HOROVOD_")))
+
+
+# Set before Python starts, enough to know a process's rank before hvd.init(): the variables of
+# hvdtrain's launchers (launchers.LAUNCHERS), then those of launchers users start ranks with
+# that hvdtrain never starts itself, so not rows of its table: MPICH and Intel MPI (PMI_RANK),
+# PMIx (PMIX_RANK), SLURM's srun (SLURM_PROCID).
+LAUNCHER_RANK_VARS = (*_horovod_first(row.rank_variable for row in launchers.LAUNCHERS.values()),
+                      "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 
 
 # And the number of processes they started (srun: of this job step).
-LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS")
+LAUNCHER_SIZE_VARS = (*_horovod_first(row.size_variable for row in launchers.LAUNCHERS.values()),
+                      "PMI_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:

@@ -19,6 +19,7 @@ import pytest
 
 from helpers import (BIN, Job, ROOT, assert_ok, assert_stopped_with_one_line, hvdtrain,
                      importable_from, launch, launch_command, snapshot, weights)
+from hvdtrain.launch import launchers
 from hvdtrain.training import checkpoints, debug
 
 pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.beside]
@@ -29,12 +30,16 @@ MLP_BAR = 0.93  # digits-mlp's final eval accuracy swings by 2 to 3 points betwe
 # The README: a killed rank takes every process of the job with it (measured beside make test's
 # main lane: 1.1 s under mpirun, 0.3 s under horovodrun).
 GONE_WITHIN_S = 10
-RANK_VARIABLE = {"gloo": "HOROVOD_RANK", "mpi": "OMPI_COMM_WORLD_RANK"}
+
+
+def rank_is(launcher: str, rank: int) -> str:
+    """The entry of rank ``rank``'s environment that says its rank under ``launcher``."""
+    return f"{launchers.entry(launcher).rank_variable}={rank}"
 
 
 def rank_pid(job: Job, variable: str, program: str = "bin/hvdtrain") -> int:
     """The pid of the job's rank (a process running ``program``) whose environment holds
-    ``variable`` (e.g. HOROVOD_RANK=1)."""
+    ``variable`` (rank_is: e.g. HOROVOD_RANK=1)."""
     for pid in job.processes():
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -104,17 +109,19 @@ def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path
     cnn = [*QUICK, "--preset", "digits"]
     args = hvdtrain("train", *cnn, "--epochs", "10", "--run-dir", str(run_dir))
     killed = run_and_act(launch_command(launcher, 2, args, tag_output=True), r"epoch +3/10",
-                         kill_rank(f"{RANK_VARIABLE[launcher]}=1"))
+                         kill_rank(rank_is(launcher, 1)))
     print(f"every process of the job gone {killed.gone_s:.1f} s after the kill")
+    horovodrun = launchers.entry(launcher).program == "horovodrun"
     assert killed.status != 0 and killed.gone_s < GONE_WITHIN_S, (killed.gone_s,
                                                                  killed.output[-3000:])
-    named = (r"Process 1 exit with status code 137" if launcher == "gloo"
+    named = (r"Process 1 exit with status code 137" if horovodrun
              else r"process rank 1 with PID \d+ on node \S+ exited on signal 9")
     assert re.search(named, killed.output), killed.output[-3000:]
-    if launcher == "gloo":
+    if horovodrun:
         # Rank 0, waiting in a collective, notices the lost peer at once: it says so and exits
         # with status 1 (horovodrun reports every rank's status).
-        assert re.search(r"^\[0\]<stderr>:hvdtrain: error: rank 0: another rank died",
+        rank0 = re.escape(launchers.entry(launcher).rank_tag(0, "stderr"))
+        assert re.search(rf"^{rank0}hvdtrain: error: rank 0: another rank died",
                          killed.output, re.M), killed.output[-3000:]
         # Then horovodrun reports rank 0's status 1, unless its own cleanup of the remaining
         # workers (after rank 1's failure) reaches rank 0 first: a race in horovodrun.
@@ -131,7 +138,7 @@ def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path
     # Rank 0 prints an epoch's line before it writes that epoch's checkpoint (callbacks.assemble).
     # Under Gloo it goes on to write it and then finds the peer gone; mpirun ends it at once,
     # maybe mid-write (the checkpoint is then not there at all): every epoch before the line.
-    assert done >= (3 if launcher == "gloo" else 2), resumed.output[-2000:]
+    assert done >= (3 if horovodrun else 2), resumed.output[-2000:]
     summary = summary_of(run_dir)
     assert summary["resumed_from_epoch"] == done and summary["epochs"] == 10
     assert summary["final_eval_accuracy"] >= BAR, summary
@@ -160,7 +167,7 @@ def test_a_rank_killed_while_rank_0_writes_a_checkpoint_keeps_the_previous_one(t
     args = ["train", *QUICK, "--epochs", "4", "--run-dir", str(run_dir)]
     killed = run_and_act(launch_command("mpi", 2, [sys.executable, str(script), *args]),
                          r"writing the checkpoint of epoch 3",
-                         kill_rank("OMPI_COMM_WORLD_RANK=0", program=script.name))
+                         kill_rank(rank_is("mpi", 0), program=script.name))
     assert killed.status != 0 and killed.gone_s < GONE_WITHIN_S, (killed.gone_s,
                                                                  killed.output[-3000:])
     kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
@@ -182,8 +189,9 @@ def test_a_rank_killed_while_rank_0_writes_a_checkpoint_keeps_the_previous_one(t
 STALLS = """
 import os, time
 import tensorflow as tf
+from hvdtrain.launch import placement
 
-RANK = os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+RANK = placement.launcher_rank()
 
 
 class HangsOnRankOne(tf.keras.layers.Layer):
@@ -192,7 +200,7 @@ class HangsOnRankOne(tf.keras.layers.Layer):
     def call(self, x):
         def maybe_hang(t):
             HangsOnRankOne.steps += 1
-            if RANK == "1" and HangsOnRankOne.steps == 30:  # rank 1 stops submitting collectives
+            if RANK == 1 and HangsOnRankOne.steps == 30:  # rank 1 stops submitting collectives
                 with open(os.environ["STALLED_AT"], "w") as mark:
                     mark.write(repr(time.time()))
                 time.sleep(3600)
@@ -228,7 +236,7 @@ def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(launcher, tmp_path
     seconds = job.finished_at - float(stalled_at.read_text())
     print(f"the job ended {seconds:.1f} s after rank 1 stalled")
     assert STALL_ABORT_S <= seconds < STALL_ABORT_S + STALL_SLACK_S, job.output[-3000:]
-    if launcher == "mpi":
+    if launchers.entry(launcher).controller == "mpi":
         # Horovod's report names the rank that did not submit (1, marked "!") and the gradient
         # all-reduce it missed (Keras 2: Horovod's per-tensor names; Keras 3: hvdtrain's
         # grouped all-reduce).
@@ -288,7 +296,7 @@ def test_elastic_goes_on_without_a_killed_worker_even_rank_0(tmp_path):
     run_dir, finals = tmp_path / "run", tmp_path / "finals"
     finals.mkdir()
     lost = run_and_act(elastic_command(hosts, 3, run_dir, "--epochs", "8"), r"epoch +2/8",
-                       kill_rank("HOROVOD_RANK=0"),
+                       kill_rank(rank_is("gloo", 0)),  # elastic.sh: horovodrun --gloo
                        env={"HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_S),
                             debug.WEIGHTS_LOG_ENV: str(finals)})
     assert lost.status == 0, lost.output[-4000:]
@@ -390,7 +398,7 @@ def test_a_read_only_run_dir_is_refused_before_training(launcher, small_disk):
 @pytest.mark.either_launcher
 def test_ranks_started_with_different_configs_are_stopped(launcher, tmp_path):
     # A config file that differs between hosts, played here by each rank's own lr.
-    rank = "${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}"
+    rank = f"${launchers.entry(launcher).rank_variable}"
     command = f"exec {BIN / 'hvdtrain'} train {' '.join(QUICK)} --lr 0.0$((1 + {rank})) " \
               f"--run-dir {tmp_path / 'run'}"
     job = launch(launcher, 2, ["bash", "-c", command])

@@ -13,6 +13,7 @@ import pytest
 from helpers import (EXACT, RESUME_ARGS, assert_ok, assert_stopped_with_one_line,
                      exported_model, hvdtrain, importable_from, largest_difference, launch,
                      launcher_turns, snapshot, weights, worker, write_records)
+from hvdtrain.launch import launchers
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
@@ -31,7 +32,7 @@ def test_weights_identical_on_every_rank_and_eval_is_exact(launcher, tmp_path):
 
     summary = json.loads((tmp_path / "out/summary.json").read_text())
     assert summary["world_size"] == 2
-    assert summary["controller"] == ("gloo" if launcher == "gloo" else "mpi")
+    assert summary["controller"] == launchers.entry(launcher).controller
     # 67 eval samples split 34/33 over the ranks: the reported accuracy is the exact one over
     # the whole set, not a mean of the two ranks' accuracies.
     assert summary["eval_samples"] == 67
@@ -99,9 +100,8 @@ def test_adam_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path):
     assert close < 1e-4 and far > 100 * close, (close, far)
 
 
-# Rank r's lines as the launcher tags them (mpirun with --tag-output): [r]<stdout>: under
-# horovodrun, [1,r]<stdout>: under mpirun (1: the job's number).
-STDOUT_TAG = {"gloo": "[{rank}]<stdout>:", "mpi": "[1,{rank}]<stdout>:"}
+# Any launcher's tag (Entry.tag_pattern): a tag that does not start its line.
+ANY_TAG = "|".join(filter(None, (row.tag_pattern for row in launchers.LAUNCHERS.values())))
 
 
 def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
@@ -123,13 +123,14 @@ def test_digits_with_two_ranks_through_the_cli(launcher, tmp_path):
     # with its rank (the control: rank 0's lines carry rank 0's tag), none with rank 1's.
     progress = re.findall(r"epoch +(\d+)/5 +loss", job.output)
     assert progress == ["1", "2", "3", "4", "5"], job.output
-    rank0, rank1 = (STDOUT_TAG[launcher].format(rank=r) for r in (0, 1))
+    # Rank r's lines as the launcher tags them (mpirun with --tag-output).
+    rank0, rank1 = (launchers.entry(launcher).rank_tag(r) for r in (0, 1))
     assert all(line.startswith(rank0) for line in job.output.splitlines()
                if re.search(r"epoch +\d+/5 +loss", line)), job.output
     assert rank1 not in job.output, job.output
     # Whole lines: a launcher's tag starts a line, never ends one.
     assert not [line for line in job.output.splitlines()
-                if re.search(r".\[(1,)?\d+\]<std(out|err)>:", line)], job.output
+                if re.search(f".({ANY_TAG})", line)], job.output
     # The launch defaults (0.2 ms cycle) in rank 0's banner: nothing else set them.
     assert f"{rank0}  horovod fusion 128 MB, cycle 0.2 ms, autotune off, timeline off" \
         in job.output.splitlines(), job.output
@@ -301,12 +302,11 @@ def test_bad_input_stops_every_rank_with_one_line(case, launcher, tmp_path):
 
 
 RANK_ONE_FAILS = """
-import os
 import tensorflow as tf
+from hvdtrain.launch import placement
 
 def build(input_shape, num_classes):
-    rank = os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    if rank == "1":  # e.g. a file or library missing on one host only
+    if placement.launcher_rank() == 1:  # e.g. a file or library missing on one host only
         raise ValueError("this host lacks something")
     inputs = tf.keras.Input(input_shape)
     x = tf.keras.layers.Flatten()(inputs)

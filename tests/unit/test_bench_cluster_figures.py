@@ -9,6 +9,7 @@ import pytest
 
 from helpers import hvdtrain, launcher_env
 from hvdtrain.errors import UserError
+from hvdtrain.launch import launchers, placement
 from hvdtrain_bench.shared import cluster_figures, cost_model
 from hvdtrain_bench.shared.cost_model import Link
 
@@ -100,15 +101,15 @@ def test_inputs_and_the_launched_job_are_checked():
     for bad in ("64,x", "", "0,4"):
         with pytest.raises(UserError):
             cluster_figures.input_shape(bad)
-    assert cluster_figures.inside_a_job({"OMPI_COMM_WORLD_RANK": "3"})
+    # Every launcher of the table, and srun, which is none of its rows.
+    for row in launchers.LAUNCHERS.values():
+        assert not row.rank_variable or cluster_figures.inside_a_job({row.rank_variable: "3"})
     assert cluster_figures.inside_a_job({"SLURM_PROCID": "0"})
     assert not cluster_figures.inside_a_job({"HOME": "/root"})   # control: a plain shell
 
 
 def test_bench_cluster_outside_a_launched_job_says_how_to_run_it():
-    env = {k: v for k, v in launcher_env().items() if k not in ("OMPI_COMM_WORLD_RANK",
-                                                               "HOROVOD_RANK", "PMI_RANK",
-                                                               "PMIX_RANK", "SLURM_PROCID")}
+    env = {k: v for k, v in launcher_env().items() if k not in placement.LAUNCHER_RANK_VARS}
     done = subprocess.run(hvdtrain("bench", "cluster", "--model", "mlp"), env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr

@@ -13,6 +13,7 @@ import pytest
 
 from helpers import BIN, ROOT, launcher_env, run_job, skip_unless_optional
 from hvdtrain.install import doctor, doctor_report, horovod_install
+from hvdtrain.launch import launchers
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
@@ -53,7 +54,7 @@ def test_doctor_passes_the_healthy_venv_with_a_checked_all_reduce_under_both_lau
     job = hvdtrain_cli("doctor", "--report", env=launcher_env(REPORTED_ENV))
     assert job.returncode == 0, job.output
     assert not fail_lines(job.output), job.output
-    for launcher in ("gloo", "mpi"):
+    for launcher in launchers.MULTI_RANK:
         assert re.search(rf"^  ok +2 ranks {launcher} +every rank all-reduced 1 \+ 2 = 3 ",
                          job.output, re.M), job.output
     assert "ready: a 2-rank job works here" in job.output
@@ -73,7 +74,7 @@ def test_doctor_passes_the_healthy_venv_with_a_checked_all_reduce_under_both_lau
                     fields["open mpi coll"]), fields
     for name, value in REPORTED_ENV.items():
         assert re.search(rf"^ +{name}={value}$|  {name}={value}$", job.output, re.M), name
-    for launcher in ("gloo", "mpi"):
+    for launcher in launchers.MULTI_RANK:
         assert re.fullmatch(r"2 ranks, 2 MiB all-reduce \d+\.\d+ ms \(median of 5\)",
                             fields[f"all-reduce {launcher}"]), fields
     assert fields["checks"] == "every check ok"
@@ -136,7 +137,8 @@ def test_setup_horovod_builds_nothing_where_horovod_works_and_would_where_it_doe
 
 def test_smoke_check_accepts_only_every_rank_with_the_right_sum():
     def line(rank: int, total: float, controller: str = "gloo") -> str:
-        return (f'[{rank}]<stdout>:hvdtrain-smoke {{"rank": {rank}, "size": 2, '
+        tag = launchers.entry("gloo").rank_tag(rank)   # as horovodrun --gloo tags it
+        return (f'{tag}hvdtrain-smoke {{"rank": {rank}, "size": 2, '
                 f'"controller": "{controller}", "sum": {total}}}')
 
     assert doctor.smoke_problem(f"{line(0, 3.0)}\n{line(1, 3.0)}", "gloo") is None

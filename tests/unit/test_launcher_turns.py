@@ -20,7 +20,9 @@ pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 # Tests under both launchers (some with one fixture for both, some marked either_launcher),
 # bad-input cases under both and under one: every kind of case the option meets.
 FILES = ["tests/multirank/test_multirank.py", "tests/multirank/test_library.py"]
-LAUNCHER_IN_ID = re.compile(rf"(?<=[\[-])({'|'.join(LAUNCHERS)})(?=[\]-])")
+# Longest first: a launcher's name may begin another's (mpi, mpi-tcp).
+NAMES = "|".join(re.escape(name) for name in sorted(LAUNCHERS, key=len, reverse=True))
+LAUNCHER_IN_ID = re.compile(rf"(?<=[\[-])({NAMES})(?=[\]-])")
 
 
 def collected(*args: str) -> set[str]:
@@ -43,7 +45,7 @@ def test_each_test_under_both_launchers_runs_under_one_of_them_in_turn():
     # Of the tests that had both, each launcher keeps some: turns, not always the same one.
     paired = {twin[nodeid] for nodeid in left_out}
     kept_of_pairs = [nodeid for nodeid in turns if twin[nodeid] in paired]
-    for launcher in ("gloo", "mpi"):
+    for launcher in LAUNCHERS:
         assert any(launcher in LAUNCHER_IN_ID.findall(n) for n in kept_of_pairs), launcher
 
 
