@@ -5,6 +5,7 @@ the tests marked either_launcher do, each under the launcher the other lane leav
 keras3_only tests, deselected (not skipped) on Keras 2."""
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -12,8 +13,19 @@ from types import SimpleNamespace
 
 import pytest
 
-import conftest
 from helpers import LAUNCHERS, ROOT
+
+
+def load_conftest():
+    """tests/conftest.py itself: ``import conftest`` takes whichever folder's conftest pytest
+    loaded first (tests/multirank/ and tests/cluster/ have theirs)."""
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+conftest = load_conftest()
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
