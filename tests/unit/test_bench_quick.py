@@ -45,15 +45,21 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
 def check_phases(out) -> None:
     """``bench phases --quick`` (not in bench all): the 2-rank MLP job's timeline held every
     gradient once a step, and each phase of their all-reduce took a part of the step."""
-    done = run_job(hvdtrain("bench", "phases", "--quick", "--out", str(out)), timeout=300)
+    # Buckets of 100 bytes: each of the MLP's gradients but the smallest biases alone.
+    done = run_job(hvdtrain("bench", "phases", "--quick", "--bucket-mb", "0.0001", "--out",
+                            str(out)), timeout=300)
     assert_ok(done, "hvdtrain bench phases --quick")
     timed = json.loads((out / "phases.json").read_text())
     (model,) = timed["results"]
     for r in model["rounds"]:
-        job = r["this"]
-        assert job["gradients"] >= 2, job   # the MLP's: a kernel and a bias per layer
-        assert job["steps"] >= 3 and job["samples_per_sec"] > 0, job
-        assert 0 < job["phases_ms"]["ALLREDUCE"] < job["step_ms"], job
+        for job in r.values():
+            assert job["gradients"] >= 2, job   # the MLP's: a kernel and a bias per layer
+            assert job["steps"] >= 3 and job["samples_per_sec"] > 0, job
+            assert 0 < job["phases_ms"]["ALLREDUCE"] < job["step_ms"], job
+        # One grouped all-reduce after backprop runs during none of it (the control); in
+        # buckets a share of it may, never more than all.
+        assert r["this"]["during_backprop"] == 0.0, r["this"]
+        assert 0.0 <= r["this, 0.0001 MB buckets"]["during_backprop"] <= 1.0, r
 
 
 def check_ops(out) -> None:
