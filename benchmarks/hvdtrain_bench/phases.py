@@ -89,19 +89,21 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     phases.json/.md/.png."""
     machine = host.machine(python)   # before the work: its load is the machine's own
     plan = dataclasses.replace(plans.QUICK if quick else plans.FULL, world_sizes=(RANKS,))
-    pythons = interleave.stack_pythons(python, other_python)
-    settings: dict[str, tuple[str, ...]] = {which: () for which in pythons}
+    # Each run by its name in the results: its interpreter and the config settings it adds.
+    runs: dict[str, tuple[str, tuple[str, ...]]] = {
+        which: (stack, ()) for which, stack in interleave.stack_pythons(python,
+                                                                        other_python).items()}
     if bucket_mb > 0:
-        pythons = {"this": python, bucket_variant(bucket_mb): python,
-                   **{k: v for k, v in pythons.items() if k != "this"}}
-        settings[bucket_variant(bucket_mb)] = (f"horovod.bucket_mb={bucket_mb:g}",)
+        runs = {"this": runs["this"],
+                bucket_variant(bucket_mb): (python, (f"horovod.bucket_mb={bucket_mb:g}",)),
+                **{k: v for k, v in runs.items() if k != "this"}}
+    # The rounds hand measure() each run's name (its value here), which picks the run.
     results = interleave.rounds_per_model(
-        "phases", models, rounds, {k: k for k in pythons},
-        lambda name, work_dir, which: measure(WORKLOADS[name], plan, work_dir,
-                                              pythons[which], settings[which]),
+        "phases", models, rounds, {which: which for which in runs},
+        lambda name, work_dir, which: measure(WORKLOADS[name], plan, work_dir, *runs[which]),
         summarize_model)
     result = {"benchmark": "phases", "machine": machine, "ranks": RANKS,
-              "stacks": {k: results[0]["rounds"][0][k]["stack"] for k in pythons}
+              "stacks": {k: results[0]["rounds"][0][k]["stack"] for k in runs}
               if results else {},
               "plan": {"rounds": rounds, **dataclasses.asdict(plan)}, "results": results}
     report.write_outputs(out_dir, "phases", result, markdown(result))
@@ -109,7 +111,7 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
                      {f"{r['model']}, {which}": {PHASES[n]: ms for n, ms in
                                                  r["medians"][which]["phases_ms"].items()
                                                  if n != "ALLREDUCE"}
-                      for r in results for which in pythons},
+                      for r in results for which in runs},
                      title="The gradients' all-reduce in a 2-rank step",
                      ylabel="ms per step (median over rounds)")
     return result
