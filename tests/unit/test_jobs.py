@@ -98,10 +98,10 @@ def job_inside_a_job(marker: str, inner_env: str) -> list[str]:
 def test_a_job_started_inside_a_job_is_ended_with_it(marker):
     with Job(job_inside_a_job(marker, "None")) as job:
         assert job.next_line(time.monotonic() + 60) == "started\n"
-        assert processes_named(marker)
+        wait_until_started(marker)   # "started" comes before the exec that names it
     assert processes_named(marker) == []   # its own session, but the outer job's tag too
     # Control: an inner job that does not carry the outer job's tag outlives it.
     with Job(job_inside_a_job(marker, "{jobs.JOB_TAG: ''}")) as job:
         assert job.next_line(time.monotonic() + 60) == "started\n"
     time.sleep(0.5)
-    assert processes_named(marker) != []
+    wait_until_started(marker)   # it outlived the outer job
