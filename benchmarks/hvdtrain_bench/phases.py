@@ -27,6 +27,12 @@ from hvdtrain_bench.shared.workloads import WORKLOADS, Workload
 SPREAD_LIMIT = stats.SPREAD_LIMIT
 RANKS = 2
 BUCKET_MB = 2.0   # MobileNetV2's 9.1 MB of gradients in about 5 buckets
+# --quick's MLP holds well under a megabyte of gradients: buckets of 100 bytes split it (each
+# gradient but the smallest biases alone), so that a smoke test goes through the bucket path.
+QUICK_BUCKET_MB = 0.0001
+# bench all measures the model whose all-reduce is a part of the step worth breaking down
+# (the small ResNet's gradients fit in one small bucket) and keeps make bench in its budget.
+IN_ALL_MODELS = "mobilenetv2"
 
 
 def bucket_variant(bucket_mb: float) -> str:
@@ -164,13 +170,18 @@ def markdown(result: dict[str, Any]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     arguments.add_stack_arguments(parser)
-    parser.add_argument("--bucket-mb", type=float, default=BUCKET_MB,
+    parser.add_argument("--bucket-mb", type=float, default=None,
                         help=f"this stack once more with horovod.bucket_mb=MB (default "
-                             f"{BUCKET_MB:g}; 0: not)")
+                             f"{BUCKET_MB:g}; --quick: {QUICK_BUCKET_MB:g}; 0: not)")
 
 
 def main(args: argparse.Namespace) -> None:
-    run(Path(args.out), **arguments.stack_choice(args), bucket_mb=args.bucket_mb)
+    """``hvdtrain bench phases``; in bench all, without --models, on IN_ALL_MODELS alone."""
+    if getattr(args, "in_all", False) and not args.models and not args.quick:
+        args = argparse.Namespace(**{**vars(args), "models": IN_ALL_MODELS})
+    bucket_mb = args.bucket_mb if args.bucket_mb is not None else (
+        QUICK_BUCKET_MB if args.quick else BUCKET_MB)
+    run(Path(args.out), **arguments.stack_choice(args), bucket_mb=bucket_mb)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,4 +191,5 @@ BENCHMARK = registry.Benchmark(
     name="phases", help="where the gradients' all-reduce spends a 2-rank step (Horovod's "
                         "timeline: the wait, the copies, the collective), this stack against "
                         "--other-venv's",
-    main=main, add_arguments=add_arguments)
+    main=main, add_arguments=add_arguments, in_all=True,
+    title="The gradients' all-reduce in a 2-rank step")

@@ -1,5 +1,5 @@
 """`hvdtrain bench all --quick` for real, with its figures checked for sense (not for speed: speed
-targets are figures in the output), and bench ops and phases beside it."""
+targets are figures in the output), and bench ops beside it."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from helpers import assert_ok, hvdtrain, keras_major, run_job
-from hvdtrain_bench import allreduce, peers
+from hvdtrain_bench import allreduce, peers, phases
 from hvdtrain_bench import input as input_bench
 from hvdtrain_bench.shared import collectives, plans, steps, targets
 
@@ -23,7 +23,7 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     out = tmp_path / "results"
     done = run_job(hvdtrain("bench", "all", "--quick", "--out", str(out)), timeout=840)
     assert_ok(done, "hvdtrain bench all --quick")
-    for name in ("scaling", "tax", "allreduce", "peers", "project", "input"):
+    for name in ("scaling", "tax", "allreduce", "peers", "project", "input", "phases"):
         for suffix in (".json", ".md", ".png"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
     timed = json.loads((out / "all.json").read_text())
@@ -38,18 +38,13 @@ def test_quick_benchmarks_run_and_make_sense(tmp_path):
     check_input(json.loads((out / "input.json").read_text()), (out / "input.md").read_text())
     check_tax(json.loads((out / "tax.json").read_text()))
     check_a_slow_rank_lowers_the_efficiency(tmp_path / "slow", scaled)
+    check_phases(json.loads((out / "phases.json").read_text()))
     check_ops(tmp_path / "ops")
-    check_phases(tmp_path / "phases")
 
 
-def check_phases(out) -> None:
-    """``bench phases --quick`` (not in bench all): the 2-rank MLP job's timeline held every
-    gradient once a step, and each phase of their all-reduce took a part of the step."""
-    # Buckets of 100 bytes: each of the MLP's gradients but the smallest biases alone.
-    done = run_job(hvdtrain("bench", "phases", "--quick", "--bucket-mb", "0.0001", "--out",
-                            str(out)), timeout=300)
-    assert_ok(done, "hvdtrain bench phases --quick")
-    timed = json.loads((out / "phases.json").read_text())
+def check_phases(timed: dict) -> None:
+    """bench phases --quick: the 2-rank MLP job's timeline held every gradient once a step,
+    and each phase of their all-reduce took a part of the step."""
     (model,) = timed["results"]
     for r in model["rounds"]:
         for job in r.values():
@@ -59,7 +54,8 @@ def check_phases(out) -> None:
         # One grouped all-reduce after backprop runs during none of it (the control); in
         # buckets a share of it may, never more than all.
         assert r["this"]["during_backprop"] == 0.0, r["this"]
-        assert 0.0 <= r["this, 0.0001 MB buckets"]["during_backprop"] <= 1.0, r
+        bucketed = phases.bucket_variant(phases.QUICK_BUCKET_MB)   # --quick's: 100 bytes
+        assert 0.0 <= r[bucketed]["during_backprop"] <= 1.0, r
 
 
 def check_ops(out) -> None:
