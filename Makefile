@@ -74,10 +74,11 @@ guarantees:
 # Every benchmark on an idle machine, both stacks (about half an hour on 2 cores, more or less
 # by machine: benchmarks/README.md, "make bench's budget"): figures, tables and plots into
 # benchmarks/results, each benchmark's time into all.json, and the results section of
-# benchmarks/README.md rewritten from those files. $(OTHER_VENV) is the other stack (tax, stacks, and peers' MWMS and PS on
-# Keras 3); Horovod's own tensorflow2_synthetic_benchmark.py (HOROVOD_SYNTHETIC=path, from
-# Horovod's repository, tag v0.28.1) runs with $(HOROVOD_VENV)'s Python, as it cannot run on
-# Keras 3. BENCH_ARGS adds options (e.g. --rounds 2).
+# benchmarks/README.md rewritten from those files. $(OTHER_VENV) is the other stack (tax,
+# stacks, phases, and peers' MWMS and PS on Keras 3); Horovod's own
+# tensorflow2_synthetic_benchmark.py (HOROVOD_SYNTHETIC=path, from Horovod's repository, tag
+# v0.28.1) runs with $(HOROVOD_VENV)'s Python, as it cannot run on Keras 3. BENCH_ARGS adds
+# options (e.g. --rounds 2).
 HOROVOD_VENV ?= $(if $(filter keras3,$(STACK)),.venv-keras2,$(VENV))
 bench: bench-check install
 	@$(call SETUP,$(OTHER_STACK),$(OTHER_VENV))
