@@ -56,7 +56,7 @@ class Plan:
     repeats: int
 
 
-FULL = Plan(("digits", "digits-mlp", "synthetic-resnet", "synthetic-mobilenetv2"), 1797, 2.0, 3)
+FULL = Plan(("digits", "digits-mlp", "synthetic-resnet", "synthetic-mobilenetv2"), 1797, 1.0, 3)
 QUICK = Plan(("digits-mlp",), 600, 0.2, 2)
 
 

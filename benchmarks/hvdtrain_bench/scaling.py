@@ -2,11 +2,14 @@
 
 Every model at every world size N is one launch of hvdtrain's real Trainer (shared/trainer_job:
 one core per rank at every N, the total rate counted over all ranks at the slowest rank's
-time). Weak-scaling efficiency is T_N / (N * T_1) on medians.
+time) per round (shared/training_rounds: one round alone, all of bench stacks' under bench
+all), and each row is the job of median rate over the rounds. Weak-scaling efficiency is
+T_N / (N * T_1) on those rows' medians.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 import tempfile
@@ -17,7 +20,7 @@ from typing import Any, Sequence
 from hvdtrain.launch import launchers
 from hvdtrain_bench import registry
 from hvdtrain_bench.shared import (arguments, horovod_synthetic, host, plain_job, plans, plots,
-                                   report, stats, steps, targets, trainer_job)
+                                   report, stats, steps, targets, training_rounds)
 from hvdtrain_bench.shared.workloads import PLAIN_KERAS, WORKLOADS, model_names
 
 
@@ -49,31 +52,49 @@ def efficiency_cell(row: dict) -> Any:
     return f"{e:.4f}: {stats.verdict(e, targets.EFFICIENCY)}"
 
 
-def run(out_dir: Path, *, models: Sequence[str], plan: plans.Plan,
-        versus: dict[str, Any]) -> dict[str, Any]:
-    """Every model at every world size; ``versus`` is the comparison with Horovod's own
-    benchmark (horovod_synthetic.run), reported beside the rows."""
+def request(models: Sequence[str], plan: plans.Plan, rounds: int) -> training_rounds.Request:
+    """The hvdtrain jobs bench scaling times: every model at every world size of ``plan``."""
+    return training_rounds.Request(models=tuple(models), pythons=(("this", sys.executable),),
+                                   plan=plan, rounds=rounds, sides=plan.world_sizes)
+
+
+def median_job(jobs: Sequence[dict]) -> dict:
+    """Of one world size's jobs over rounds, the one of median total rate (the lower of the
+    two middle ones for an even count): a row measured as one job, not a mix of several."""
+    ranked = sorted(jobs, key=lambda job: job["total_samples_per_sec"]["median"])
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def run(out_dir: Path, *, own: training_rounds.Request, plan: plans.Plan, versus: dict[str, Any],
+        source: training_rounds.Request | None = None) -> dict[str, Any]:
+    """Every model at every world size (``own``: ``request``'s rounds, read from ``source``'s
+    when given: bench all's, which hold them), each row its median round; ``versus`` is the
+    comparison with Horovod's own benchmark (horovod_synthetic.run), reported beside the
+    rows."""
     machine = host.machine()   # before the work: its load is the machine's own
+    measured = training_rounds.measured(source or own)
     rows: list[dict] = []
     plain_fit: dict[str, float] = {}
+    for name in own.models:
+        for ranks in own.sides:
+            jobs = [r["this"][ranks] for r in measured[name]["rounds"]]
+            row = {**copy.deepcopy(median_job(jobs)), "rounds": len(jobs)}
+            rows.append(row)
+            report.say(f"scaling: {name} on {ranks} rank(s): "
+                       f"{row['total_samples_per_sec']['median']:,.1f} samples/s total, the "
+                       f"median of {len(jobs)} round(s)")
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        for name in models:
-            for ranks in plan.world_sizes:
-                report.say(f"scaling: {name} on {ranks} rank(s) ({plan.launcher})...")
-                row = trainer_job.measure(WORKLOADS[name], ranks, plan, Path(tmp))
-                rows.append(row)
-                report.say(f"  {row['total_samples_per_sec']['median']:,.1f} samples/s total "
-                           f"(spread {row['total_samples_per_sec']['spread']:.1%})")
+        for name in own.models:
             # The plain baseline: Keras fit with no Horovod, one process on one core, the
             # same plan, the model as Keras builds it (PLAIN_KERAS: what a user's own script
             # trains); bench tax's plain side, whose interleaved rounds against hvdtrain with
             # the same layers on both sides are the wrapper's own cost. It is set beside the
             # 1-rank row: without one, there is nothing to set it beside.
-            if 1 in plan.world_sizes:
+            if 1 in own.sides:
                 report.say(f"scaling: {name}, plain Keras fit (no Horovod, one core)...")
-                plain_fit[name], _ = plain_job.measure_plain(WORKLOADS[name], plan, Path(tmp),
-                                                             assignments=PLAIN_KERAS)
-        add_efficiency(rows, plain_fit)
+                plain_fit[name], _ = plain_job.measure_plain(WORKLOADS[name], own.plan,
+                                                             Path(tmp), assignments=PLAIN_KERAS)
+    add_efficiency(rows, plain_fit)
     result = {"benchmark": "scaling", "machine": machine, "plan": asdict(plan),
               "results": rows, "plain_fit_samples_per_sec": plain_fit,
               "versus_horovod_synthetic": versus}
@@ -84,9 +105,12 @@ def run(out_dir: Path, *, models: Sequence[str], plan: plans.Plan,
 
 def markdown(result: dict) -> str:
     plan = result["plan"]
+    rounds = result["results"][0].get("rounds", 1) if result["results"] else 1
     lines = [f"Weak scaling, {plan['launcher']} launcher, one core per rank, "
              f"{plan['repeats']} timed repeats of {plan['steps_per_repeat']} steps after "
-             f"{plan['warmup_epochs']} warmup epoch(s); median (min..max).", ""]
+             f"{plan['warmup_epochs']} warmup epoch(s); median (min..max) of the repeats of "
+             f"one job, at each world size the job of median rate over {rounds} interleaved "
+             f"round(s).", ""]
     rows = []
     plain = result.get("plain_fit_samples_per_sec", {})
     for i, r in enumerate(result["results"]):
@@ -111,9 +135,9 @@ def markdown(result: dict) -> str:
                   "(on Keras 3, its own BatchNormalization ops: `model.fused_batch_norm=false`), "
                   "measured once in this run: what a script of your own gets. The wrapper's "
                   "own cost, with the same layers on both sides, over interleaved rounds with "
-                  "its spread, is bench tax's. Each world size runs once here; bench stacks "
-                  "measures each stack's 2-rank efficiency over interleaved rounds, with its "
-                  "spread."]
+                  "its spread, is bench tax's. Under bench all the rounds are bench stacks' "
+                  "(and tax's): bench stacks has each round's 2-rank efficiency against the same "
+                  "round's 1-rank rate, with their spread."]
     lines += ["", horovod_synthetic.markdown(result["versus_horovod_synthetic"])]
     return "\n".join(lines)
 
@@ -160,7 +184,9 @@ def main(args: argparse.Namespace) -> None:
     horovod_python = arguments.venv_python(args.horovod_venv, "--horovod-venv") or sys.executable
     versus = horovod_synthetic.run(args.horovod_synthetic, quick=args.quick,
                                 horovod_python=horovod_python, rounds=args.rounds)
-    run(Path(args.out), models=model_names(args.models, args.quick), plan=plan, versus=versus)
+    own = request(model_names(args.models, args.quick), plan, args.rounds or 1)
+    run(Path(args.out), own=own, plan=plan, versus=versus,
+        source=training_rounds.shared_in_all(args, own))
 
 
 BENCHMARK = registry.Benchmark(

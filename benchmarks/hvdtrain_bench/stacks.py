@@ -3,14 +3,14 @@ per step in front of the optimizer) against hvdtrain on Keras 2 (Horovod's Distr
 on the same machine, in the same run.
 
 Each round measures both stacks, in alternating order (A B, then B A, ...), so that a drift in
-the machine's load falls on both; each measurement is ``trainer_job.measure``: a real Trainer on
+the machine's load falls on both (shared/training_rounds.py: under ``bench all``, the same rounds
+as bench scaling's and tax's); each measurement is ``trainer_job.measure``: a real Trainer on
 synthetic data, one core per rank, at 1 and at 2 ranks. Reported per round: samples/s of each
 stack at each world size; the all-reduce's cost per step, the time a 2-rank step takes
 beyond a 1-rank step at the same per-rank batch (mostly the all-reduce of the gradients and the
 wait for the slower rank); and each stack's weak-scaling efficiency, its 2-rank rate over twice
-its 1-rank rate of the same round (bench scaling's, which runs each world size once, over
-rounds). The result is the median over rounds of the per-round ratio
-(this stack / the other) with its spread.
+its 1-rank rate of the same round (bench scaling's, per round). The result is the median over
+rounds of the per-round ratio (this stack / the other) with its spread.
 """
 from __future__ import annotations
 
@@ -18,16 +18,15 @@ import argparse
 import dataclasses
 import statistics
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain.errors import UserError
 from hvdtrain_bench import registry
-from hvdtrain_bench.shared import (arguments, host, interleave, plans, plots, report, stats, steps,
-                                   targets, trainer_job)
-from hvdtrain_bench.shared.workloads import WORKLOADS, Workload, model_names
+from hvdtrain_bench.shared import (arguments, host, plans, plots, report, stats, steps, targets,
+                                   training_rounds)
+from hvdtrain_bench.shared.workloads import model_names
 
 SPREAD_LIMIT = stats.SPREAD_LIMIT
 TARGET = targets.STACKS
@@ -44,11 +43,10 @@ def allreduce_cost_ms(one: dict[str, Any], two: dict[str, Any]) -> float:
     return step_ms(two) - step_ms(one)
 
 
-def measure_stack(python: str, workload: Workload, plan: plans.Plan,
-                  work_dir: Path) -> dict[str, Any]:
-    """Samples per second at 1 and 2 ranks on the stack of ``python``, the all-reduce's cost per
-    step and the weak-scaling efficiency derived from them, and the stack's versions."""
-    one, two = (trainer_job.measure(workload, n, plan, work_dir, python=python) for n in (1, 2))
+def stack_figures(one: dict[str, Any], two: dict[str, Any]) -> dict[str, Any]:
+    """One stack's figures of one round from its 1- and 2-rank jobs (``trainer_job.measure``'s
+    rows): samples per second at each, the all-reduce's cost per step and the weak-scaling
+    efficiency derived from them, and the stack's versions."""
     rate_1, rate_2 = (row["total_samples_per_sec"]["median"] for row in (one, two))
     return {"samples_per_sec_1": rate_1, "samples_per_sec_2": rate_2,
             "allreduce_ms_per_step": allreduce_cost_ms(one, two),
@@ -63,38 +61,48 @@ def ratios(rounds: list[dict[str, dict]], this: str, other: str) -> dict[str, di
                                       SPREAD_LIMIT) for key in FIGURES}
 
 
-def run_model(workload: Workload, pythons: dict[str, str], plan: plans.Plan,
-              rounds: int, work_dir: Path) -> dict[str, Any]:
-    """``rounds`` interleaved rounds of both stacks on one model."""
-    measured, loads = interleave.stack_rounds(
-        f"stacks: {workload.name}", rounds, pythons,
-        lambda python: measure_stack(python, workload, plan, work_dir))
-    return {"model": workload.name, "stacks": {k: measured[0][k]["stack"] for k in pythons},
-            "load_average_before_each_round": loads, "rounds": measured,
+def model_result(name: str, jobs: dict[str, Any], stacks: Sequence[str],
+                 rounds: int) -> dict[str, Any]:
+    """One model's first ``rounds`` interleaved rounds of both stacks (``jobs``:
+    ``training_rounds.measure``'s for that model)."""
+    measured = [{k: stack_figures(r[k][1], r[k][2]) for k in stacks}
+                for r in jobs["rounds"][:rounds]]
+    return {"model": name, "stacks": {k: measured[0][k]["stack"] for k in stacks},
+            "load_average_before_each_round": jobs["loads"][:rounds], "rounds": measured,
             "ratio_this_over_other": ratios(measured, "this", "other"),
             # Each stack's 2-rank efficiency against its own 1-rank rate of the same round.
             "efficiency_2": {k: stats.ratio_summary([r[k]["efficiency_2"] for r in measured],
-                                                     SPREAD_LIMIT) for k in pythons},
+                                                     SPREAD_LIMIT) for k in stacks},
             "medians": {k: {key: statistics.median(r[k][key] for r in measured)
-                            for key in FIGURES} for k in pythons}}
+                            for key in FIGURES} for k in stacks}}
 
 
-def run(out_dir: Path, *, other_python: str, models: Sequence[str] = ("mlp",),
-        rounds: int = 3, quick: bool = False, steps: int | None = None) -> dict[str, Any]:
-    """Every model of ``models`` in turn, written to stacks.json/.md/.png. ``steps``: timed
-    steps per repeat (default: bench scaling's); a small model's steps take a millisecond or
-    two, too short to time in a few."""
-    machine = host.machine()   # before the work: its load is the machine's own
+def request(*, other_python: str, models: Sequence[str] = ("mlp",), rounds: int = 3,
+            quick: bool = False, steps: int | None = None) -> training_rounds.Request:
+    """The jobs bench stacks times: hvdtrain at 1 and 2 ranks on this stack and on the one of
+    ``other_python``, ``rounds`` interleaved rounds per model. ``steps``: timed steps per
+    repeat (default: bench scaling's); a small model's steps take a millisecond or two, too
+    short to time in a few."""
     plan = plans.QUICK if quick else plans.FULL
     if steps:
         plan = dataclasses.replace(plan, steps_per_repeat=steps)
-    pythons = {"this": sys.executable, "other": other_python}
-    with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        results = [run_model(WORKLOADS[m], pythons, plan, rounds, Path(tmp))
-                   for m in models]
+    return training_rounds.Request(
+        models=tuple(models), pythons=(("this", sys.executable), ("other", other_python)),
+        plan=plan, rounds=rounds, sides=(1, 2))
+
+
+def run(out_dir: Path, own: training_rounds.Request,
+        source: training_rounds.Request | None = None) -> dict[str, Any]:
+    """Every model of ``own`` (``request``) in turn, its rounds read from ``source``'s when
+    given (bench all's, which hold them), written to stacks.json/.md/.png."""
+    machine = host.machine()   # before the work: its load is the machine's own
+    pythons = dict(own.pythons)
+    measured = training_rounds.measured(source or own)
+    results = [model_result(m, measured[m], list(pythons), own.rounds) for m in own.models]
     result = {"benchmark": "stacks", "machine": machine,
               "versions": {k: host.stack_versions(v) for k, v in pythons.items()},
-              "plan": {"rounds": rounds, **asdict(plan)}, "target": TARGET, "results": results}
+              "plan": {"rounds": own.rounds, **asdict(own.plan)}, "target": TARGET,
+              "results": results}
     report.write_outputs(out_dir, "stacks", result, markdown(result))
     plots.plot_bars(out_dir / "stacks.png",
                      {r["model"]: {f"{n} rank(s)": r["ratio_this_over_other"][
@@ -164,8 +172,9 @@ def main(args: argparse.Namespace) -> None:
             report.say("stacks: skipped (no --other-venv: the other stack's virtualenv)")
             return
         raise UserError("bench stacks needs --other-venv, e.g. .venv-keras2")
-    run(Path(args.out), other_python=other, models=model_names(args.models, args.quick),
-        rounds=arguments.rounds(args), quick=args.quick, steps=args.steps)
+    own = request(other_python=other, models=model_names(args.models, args.quick),
+                  rounds=arguments.rounds(args), quick=args.quick, steps=args.steps)
+    run(Path(args.out), own, training_rounds.shared_in_all(args, own))
 
 
 BENCHMARK = registry.Benchmark(

@@ -59,15 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rewrite the block between the bench markers of this file")
 
 
+def options_in_all(bench: registry.Benchmark, args: argparse.Namespace) -> argparse.Namespace:
+    """``bench``'s options under bench all: ``args`` (bench all's) over its own defaults, and
+    ``in_all`` (some benchmarks share work, or skip what bench all was not given)."""
+    return argparse.Namespace(**{**vars(registry.defaults(bench)), **vars(args), "in_all": True})
+
+
 def run_all(args: argparse.Namespace) -> None:
     """Every benchmark of ``registry.in_all()`` with ``args`` over its own defaults, then the
     results block of --readme; each benchmark's wall time into all.json."""
     started = time.monotonic()
     timings: list[dict[str, Any]] = []
     for bench in registry.in_all():
-        options = {**vars(registry.defaults(bench)), **vars(args), "in_all": True}
         begun = time.monotonic()
-        bench.main(argparse.Namespace(**options))
+        bench.main(options_in_all(bench, args))
         timings.append({"benchmark": bench.name, "seconds": time.monotonic() - begun})
         report.say(f"bench all: {bench.name} took {timings[-1]['seconds'] / 60:.1f} min")
     total = time.monotonic() - started

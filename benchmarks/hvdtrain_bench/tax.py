@@ -3,36 +3,28 @@ Horovod at all, on the same core.
 
 The plain side is what a user's own single-device script does (shared/plain_job.py). The
 hvdtrain side is ``trainer_job.measure`` at one rank: the real Trainer under mpirun, its
-distributed optimizer, callbacks and input pipeline. Both are timed
-by the same step timer (steps within an epoch; what happens between epochs, a checkpoint say,
-is not in the figure). Rounds alternate the order (plain first, then hvdtrain first, ...) so
-that a drift in the machine's load falls on both; the result is the median over rounds of
-hvdtrain / plain with its spread. 1.0 is the ceiling of a wrapper that costs nothing.
+distributed optimizer, callbacks and input pipeline. Both are timed by the same step timer
+(steps within an epoch; what happens between epochs, a checkpoint say, is not in the figure).
+Rounds alternate the order (plain first, then hvdtrain first, ...) so that a drift in the
+machine's load falls on both (shared/training_rounds.py: under ``bench all``, the same rounds as
+bench scaling's and stacks'); the result is the median over rounds of hvdtrain / plain with its
+spread. 1.0 is the ceiling of a wrapper that costs nothing.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain_bench import registry
-from hvdtrain_bench.shared import (arguments, host, interleave, plain_job, plans, plots, report,
-                                   stats, targets, trainer_job)
-from hvdtrain_bench.shared.workloads import WORKLOADS, Workload
+from hvdtrain_bench.shared import (arguments, host, interleave, plans, plots, report, stats,
+                                   targets, training_rounds)
+from hvdtrain_bench.shared.workloads import WORKLOADS
 
 SPREAD_LIMIT = stats.SPREAD_LIMIT
-
-def measure_hvdtrain(workload: Workload, plan: plans.Plan, work_dir: Path,
-                     python: str = sys.executable) -> tuple[float, dict[str, Any], str, dict]:
-    """hvdtrain's median samples/s at one rank (mpirun, one core), its rank's raw figures (the
-    model's parameter count, the step breakdown), the stack, and the launch settings the rank
-    found (rank_env)."""
-    row = trainer_job.measure(workload, 1, plan, work_dir, python=python)
-    return row["total_samples_per_sec"]["median"], row["raw"][0], row["stack"], row["rank_env"]
-
 
 BREAKDOWN = ("step_seconds_median", "between_steps_seconds_median")
 
@@ -63,82 +55,75 @@ def ratio_summary(rounds: Sequence[dict[str, float]], top: str = "hvdtrain",
     return stats.ratio_summary([r[top] / r[bottom] for r in rounds], SPREAD_LIMIT)
 
 
-def round_order(round_index: int, stacks: Sequence[str]) -> list[tuple[str, str]]:
-    """The (stack, side) measurements of one round: every stack's plain fit and hvdtrain, in
-    the reverse order every other round, so that a drift in the machine's load falls on all."""
-    order = [(stack, side) for stack in stacks for side in ("plain", "hvdtrain")]
-    return order if round_index % 2 == 0 else order[::-1]
+def request(*, models: Sequence[str], rounds: int = 3, quick: bool = False,
+            python: str = sys.executable, other_python: str | None = None
+            ) -> training_rounds.Request:
+    """The jobs bench tax times: plain fit and hvdtrain at one rank, on the stack of
+    ``python`` and of ``other_python`` (when given), ``rounds`` interleaved rounds per model."""
+    return training_rounds.Request(
+        models=tuple(models), pythons=tuple(interleave.stack_pythons(python, other_python).items()),
+        plan=plans.QUICK if quick else plans.FULL, rounds=rounds,
+        sides=(training_rounds.PLAIN, PLAN_WORLD_SIZES[0]))
 
 
-def measure_rounds(name: str, rounds: int, pythons: dict[str, str], plan: plans.Plan,
-                   tmp: Path, stack_of: dict[str, str]
-                   ) -> tuple[dict[str, list[dict[str, Any]]], list[float]]:
-    """Model ``name``'s interleaved rounds: per stack (a key of ``pythons``), one row per round
-    holding plain fit's and hvdtrain's samples/s (and what each trained and ran with), and the
-    load average before each round. ``stack_of`` takes each stack's version line."""
-    workload, loads = WORKLOADS[name], []
-    measured: dict[str, list[dict[str, Any]]] = {k: [] for k in pythons}
-    for i in range(rounds):
-        loads.append(host.load_average())
-        rows: dict[str, dict[str, Any]] = {k: {} for k in pythons}
-        for which, side in round_order(i, list(pythons)):
-            report.say(f"tax: {name}, round {i + 1}/{rounds}, {which} stack, {side}...")
-            row = rows[which]
-            if side == "plain":
-                record(row, side, *plain_job.measure_plain(workload, plan, tmp, pythons[which]))
-            else:
-                rate, raw, stack_of[which], row["hvdtrain_rank_env"] = measure_hvdtrain(
-                    workload, plan, tmp, pythons[which])
-                record(row, side, rate, raw)
-        for which in pythons:
-            measured[which].append(rows[which])
-    return measured, loads
+def tax_rounds(jobs: dict[str, Any], which: str, rounds: int) -> list[dict[str, Any]]:
+    """One stack's rows of a model's first ``rounds`` rounds (``training_rounds.measure``'s):
+    plain fit's and hvdtrain's samples/s, what each trained and ran with."""
+    rows = []
+    for r in jobs["rounds"][:rounds]:
+        plain, mine = r[which][training_rounds.PLAIN], r[which][PLAN_WORLD_SIZES[0]]
+        row: dict[str, Any] = {"hvdtrain_rank_env": mine["rank_env"]}
+        record(row, "plain", plain["samples_per_sec"], plain["raw"])
+        record(row, "hvdtrain", mine["total_samples_per_sec"]["median"], mine["raw"][0])
+        rows.append(row)
+    return rows
 
 
-def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
-        python: str = sys.executable, other_python: str | None = None) -> dict[str, Any]:
-    """``rounds`` interleaved rounds per model on the stack of ``python`` (and of
-    ``other_python``, measured in the same rounds: both stacks' tax, and each stack's plain fit
-    and hvdtrain against the other's), written to tax.json/.md/.png (tax-keras2.* and so on
-    when ``python`` is another venv's interpreter and there is no other)."""
-    machine = host.machine(python)   # before the work: its load is the machine's own
-    plan = dataclasses.replace(plans.QUICK if quick else plans.FULL,
-                               world_sizes=PLAN_WORLD_SIZES)
-    pythons = interleave.stack_pythons(python, other_python)
+def run(out_dir: Path, own: training_rounds.Request,
+        source: training_rounds.Request | None = None) -> dict[str, Any]:
+    """``own``'s interleaved rounds per model (``request``), read from ``source``'s when given
+    (bench all's, which hold them): both stacks' tax, and each stack's plain fit and hvdtrain
+    against the other's; written to tax.json/.md/.png (tax-keras2.* and so on when the one
+    stack measured is another venv's interpreter)."""
+    pythons = dict(own.pythons)
+    machine = host.machine(pythons["this"])   # before the work: its load is the machine's own
     versions = {k: host.stack_versions(v) for k, v in pythons.items()}
+    measured = training_rounds.measured(source or own)
     results: list[dict[str, Any]] = []
     comparisons: list[dict[str, Any]] = []
-    stack_of = dict.fromkeys(pythons, "")
-    with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
-        for name in models:
-            workload = WORKLOADS[name]
-            measured, loads = measure_rounds(name, rounds, pythons, plan, Path(tmp), stack_of)
-            for which in pythons:
-                results.append({"model": name, "stack": stack_name(stack_of[which]),
-                                "stack_line": stack_of[which], "which": which,
-                                "batch_size": workload.batch_size,
-                                "image_shape": list(workload.image_shape),
-                                "rounds": measured[which],
-                                "load_average_before_each_round": loads,
-                                "hvdtrain_over_plain": ratio_summary(measured[which])})
-            if other_python:
-                comparisons.append({"model": name, **{
-                    f"{side}_this_over_other": stats.ratio_summary(
-                        [a[side] / b[side] for a, b in zip(measured["this"], measured["other"])],
-                        SPREAD_LIMIT) for side in ("plain", "hvdtrain")}})
+    stack_of = {k: measured[own.models[0]]["rounds"][0][k][PLAN_WORLD_SIZES[0]]["stack"]
+                for k in pythons}
+    for name in own.models:
+        workload = WORKLOADS[name]
+        rows = {k: tax_rounds(measured[name], k, own.rounds) for k in pythons}
+        for which in pythons:
+            results.append({"model": name, "stack": stack_name(stack_of[which]),
+                            "stack_line": stack_of[which], "which": which,
+                            "batch_size": workload.batch_size,
+                            "image_shape": list(workload.image_shape),
+                            "rounds": rows[which],
+                            "load_average_before_each_round":
+                                measured[name]["loads"][:own.rounds],
+                            "hvdtrain_over_plain": ratio_summary(rows[which])})
+        if "other" in pythons:
+            comparisons.append({"model": name, **{
+                f"{side}_this_over_other": stats.ratio_summary(
+                    [a[side] / b[side] for a, b in zip(rows["this"], rows["other"])],
+                    SPREAD_LIMIT) for side in ("plain", "hvdtrain")}})
+    plan = dataclasses.replace(own.plan, world_sizes=PLAN_WORLD_SIZES)
     result = {"benchmark": "tax", "machine": machine, "stack": stack_of["this"],
               "stacks": {k: {"line": stack_of[k], "name": stack_name(stack_of[k]),
                              "versions": versions[k]} for k in pythons},
-              "plan": {"rounds": rounds, **asdict(plan)}, "target": TARGET,
+              "plan": {"rounds": own.rounds, **asdict(plan)}, "target": TARGET,
               "results": results, "stack_comparisons": comparisons}
     # Another venv's stack alone: tax-keras2.* next to tax.*.
-    name = ("tax" if python == sys.executable or other_python
+    name = ("tax" if pythons["this"] == sys.executable or "other" in pythons
             else f"tax-{stack_name(stack_of['this'])}")
     report.write_outputs(out_dir, name, result, markdown(result))
     plots.plot_bars(out_dir / f"{name}.png",
                      {model: {f"{r['stack']}: hvdtrain / plain fit":
                               r["hvdtrain_over_plain"]["median"] for r in results
-                              if r["model"] == model} for model in models},
+                              if r["model"] == model} for model in own.models},
                      title="hvdtrain at one rank against plain Keras fit",
                      ylabel="samples/s ratio (median over rounds)", reference=1.0,
                      reference_label="no tax")
@@ -205,8 +190,15 @@ def breakdown_rows(results: Sequence[dict[str, Any]]) -> list[list[Any]]:
 # ---------------------------------------------------------------------------------------------
 # Command line: hvdtrain bench tax
 
+def main(args: argparse.Namespace) -> None:
+    """``hvdtrain bench tax``: its rounds, or bench all's where they hold them; UserError when
+    --venv or --other-venv has no Python or a model is unknown."""
+    own = request(**arguments.stack_choice(args))
+    run(Path(args.out), own, training_rounds.shared_in_all(args, own))
+
+
 BENCHMARK = registry.Benchmark(
     name="tax", help="hvdtrain at one rank against plain Keras fit of the same work with no "
                      "Horovod (the wrapper's cost), interleaved rounds",
-    main=arguments.stack_main(run), add_arguments=arguments.add_stack_arguments, in_all=True,
+    main=main, add_arguments=arguments.add_stack_arguments, in_all=True,
     title="The wrapper's tax: hvdtrain at one rank against plain Keras fit")

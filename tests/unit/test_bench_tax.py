@@ -1,4 +1,4 @@
-"""bench tax's arithmetic: the wrapper's tax as a median of per-round ratios, its rounds' order, and
+"""bench tax's arithmetic: the wrapper's tax as a median of per-round ratios, and
 its tables."""
 from __future__ import annotations
 
@@ -42,10 +42,3 @@ def tax_result(machine: dict, rounds: list[dict]) -> dict:
                          "load_average_before_each_round": [1, 2, 3],
                          "hvdtrain_over_plain": tax.ratio_summary(rounds)}],
             "stack_comparisons": []}
-
-
-def test_the_tax_rounds_interleave_both_stacks():
-    assert tax.round_order(0, ["this", "other"]) == [
-        ("this", "plain"), ("this", "hvdtrain"), ("other", "plain"), ("other", "hvdtrain")]
-    assert tax.round_order(1, ["this", "other"]) == tax.round_order(0, ["this", "other"])[::-1]
-    assert tax.round_order(1, ["this"]) == [("this", "hvdtrain"), ("this", "plain")]

@@ -14,6 +14,7 @@
     steps        the step timer and its arithmetic
     trainer_job  hvdtrain's Trainer on N ranks, timed (rank side and driver)
     plain_job    plain Keras fit of the same work, no Horovod (rank side and driver)
+    training_rounds  both jobs in interleaved rounds, shared by scaling, tax and stacks
     horovod_synthetic  Horovod's own TF2 synthetic benchmark against hvdtrain (bench scaling)
     collectives  the all-reduce paths and their rank side (bench allreduce)
     peer_systems tf.distribute's strategies and one process on digits (bench peers)
