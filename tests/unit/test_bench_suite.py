@@ -40,6 +40,11 @@ def test_a_summary_is_the_median_and_the_spread():
     s = stats.summarize([3.0, 1.0, 2.0])
     assert (s["median"], s["min"], s["max"], s["n"]) == (2.0, 1.0, 3.0, 3)
     assert s["spread"] == pytest.approx(1.0)
+    # A median below zero (a step's time beyond another's, both noisy) spreads as widely: the
+    # figure is noise, not a result (bench stacks printed "-0.1774 (spread -496.6%)" unflagged).
+    below = stats.ratio_summary([-0.5, -0.1774, 0.7])
+    assert below["spread"] == pytest.approx(1.2 / 0.1774) and below["noise"]
+    assert not stats.ratio_summary([-1.0, -1.02, -0.99])["noise"]   # control: a tight one
 
 
 def test_a_ratio_just_under_its_target_prints_as_a_miss():

@@ -8,12 +8,13 @@ from typing import Any, Mapping, Sequence
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
     """Median and spread of repeated measurements: robust to the odd slow repeat that a shared
-    machine produces. ``spread`` is (max - min) / median."""
+    machine produces. ``spread`` is (max - min) / |median|: never negative, so that a figure
+    whose median is below zero (a difference of two noisy times) is noise when it spreads."""
     if not values:
         raise ValueError("no measurements to summarize")
     median = statistics.median(values)
     return {"median": median, "min": min(values), "max": max(values), "n": len(values),
-            "spread": (max(values) - min(values)) / median if median else 0.0}
+            "spread": (max(values) - min(values)) / abs(median) if median else 0.0}
 
 
 # A ratio whose rounds spread wider than this is noise: the figure does not count.
