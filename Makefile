@@ -71,7 +71,7 @@ guarantees:
 	@$(call SETUP,keras2,.venv-keras2)
 	$(PY) scripts/guarantees.py --venv .venv --venv .venv-keras2 --out docs/guarantees.md
 
-# Every benchmark on an idle machine, both stacks (about half an hour on 2 cores, more or less
+# Every benchmark on an idle machine, both stacks (under half an hour on 2 cores, more or less
 # by machine: benchmarks/README.md, "make bench's budget"): figures, tables and plots into
 # benchmarks/results, each benchmark's time into all.json, and the results section of
 # benchmarks/README.md rewritten from those files. $(OTHER_VENV) is the other stack (tax,
