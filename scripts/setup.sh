@@ -138,5 +138,6 @@ if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain, hvdtrain_bench' 2>/
     "${PIP[@]}" install --no-deps --no-build-isolation -e .
 fi
 
-# keras from its package metadata: Keras 2's tf.keras has no __version__.
-say "ready ($VENV): $("$PY" -c 'import importlib.metadata as m, tensorflow as tf, horovod; print("tensorflow %s, keras %s, horovod %s" % (tf.__version__, m.version("keras"), horovod.__version__))' 2>/dev/null), $(mpirun --version 2>&1 | head -1)"
+# The versions from the packages' metadata, without importing TensorFlow once more (setup
+# horovod has just loaded it with Horovod's ops; and Keras 2's tf.keras has no __version__).
+say "ready ($VENV): $("$PY" -c 'import importlib.metadata as m; from hvdtrain.install import horovod_install as h; print("tensorflow %s, keras %s, horovod %s" % (h.tensorflow_version(), m.version("keras"), m.version("horovod")))' 2>/dev/null), $(mpirun --version 2>&1 | head -1)"

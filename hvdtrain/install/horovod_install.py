@@ -9,6 +9,7 @@ suffered.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.metadata
 import importlib.util
 import os
@@ -239,8 +240,7 @@ def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
     installed = distribution_version("horovod")
     problem = (f"horovod {installed} is installed, hvdtrain needs {HOROVOD_VERSION}"
                if installed and installed != HOROVOD_VERSION else
-               "rebuild asked for" if rebuild else
-               ops_load_problem() or _missing_parts_problem(build_check()))
+               "rebuild asked for" if rebuild else working_problem())
     if not problem:
         applied = not dry_run and patch_launcher()
         say(f"horovod {installed} is built for TensorFlow {tensorflow} with MPI and Gloo and "
@@ -255,12 +255,21 @@ def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
         raise UserError(problem)
     build(tensorflow, say)
     patch_launcher()
-    problem = ops_load_problem() or _missing_parts_problem(build_check())
+    problem = working_problem()
     if problem:
         raise UserError(f"horovod {HOROVOD_VERSION} was built but does not work: {problem}")
     say(f"horovod {HOROVOD_VERSION} built for TensorFlow {tensorflow} with MPI and Gloo; "
         f"check it with: hvdtrain doctor")
     return 0
+
+
+def working_problem() -> str | None:
+    """Why the installed Horovod does not work here (its TensorFlow ops do not load, or it was
+    built without a part hvdtrain needs), or None. The two checks each start a process that
+    takes seconds, so they run side by side."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        ops, report = pool.submit(ops_load_problem), pool.submit(build_check)
+        return ops.result() or _missing_parts_problem(report.result())
 
 
 def _missing_parts_problem(report: str) -> str | None:
