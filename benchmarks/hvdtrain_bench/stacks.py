@@ -31,6 +31,7 @@ from hvdtrain_bench.shared.workloads import model_names
 SPREAD_LIMIT = stats.SPREAD_LIMIT
 TARGET = targets.STACKS
 FIGURES = ("samples_per_sec_1", "samples_per_sec_2", "allreduce_ms_per_step", "efficiency_2")
+WORLD_SIZES = (1, 2)
 
 
 def step_ms(row: dict[str, Any]) -> float:
@@ -88,7 +89,7 @@ def request(*, other_python: str, models: Sequence[str] = ("mlp",), rounds: int 
         plan = dataclasses.replace(plan, steps_per_repeat=steps)
     return training_rounds.Request(
         models=tuple(models), pythons=(("this", sys.executable), ("other", other_python)),
-        plan=plan, rounds=rounds, sides=(1, 2))
+        plan=plan, rounds=rounds, sides=WORLD_SIZES)
 
 
 def run(out_dir: Path, own: training_rounds.Request,
@@ -101,7 +102,9 @@ def run(out_dir: Path, own: training_rounds.Request,
     results = [model_result(m, measured[m], list(pythons), own.rounds) for m in own.models]
     result = {"benchmark": "stacks", "machine": machine,
               "versions": {k: host.stack_versions(v) for k, v in pythons.items()},
-              "plan": {"rounds": own.rounds, **asdict(own.plan)}, "target": TARGET,
+              "plan": {"rounds": own.rounds,
+                       **asdict(dataclasses.replace(own.plan, world_sizes=WORLD_SIZES))},
+              "target": TARGET,
               "results": results}
     report.write_outputs(out_dir, "stacks", result, markdown(result))
     plots.plot_bars(out_dir / "stacks.png",
