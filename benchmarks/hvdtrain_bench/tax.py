@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain_bench import registry
-from hvdtrain_bench.shared import (arguments, host, interleave, plans, plots, report, stats,
-                                   targets, training_rounds)
+from hvdtrain_bench.shared import (arguments, host, plots, report, stats, targets,
+                                   training_rounds)
 from hvdtrain_bench.shared.workloads import WORKLOADS
 
 SPREAD_LIMIT = stats.SPREAD_LIMIT
@@ -60,9 +60,8 @@ def request(*, models: Sequence[str], rounds: int = 3, quick: bool = False,
             ) -> training_rounds.Request:
     """The jobs bench tax times: plain fit and hvdtrain at one rank, on the stack of
     ``python`` and of ``other_python`` (when given), ``rounds`` interleaved rounds per model."""
-    return training_rounds.Request(
-        models=tuple(models), pythons=tuple(interleave.stack_pythons(python, other_python).items()),
-        plan=plans.QUICK if quick else plans.FULL, rounds=rounds,
+    return training_rounds.stack_request(
+        models=models, rounds=rounds, quick=quick, python=python, other_python=other_python,
         sides=(training_rounds.PLAIN, PLAN_WORLD_SIZES[0]))
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 from hvdtrain_bench.shared import arguments, host, plain_job, plans, report, trainer_job
 from hvdtrain_bench.shared.interleave import stack_pythons
-from hvdtrain_bench.shared.workloads import WORKLOADS, model_names
+from hvdtrain_bench.shared.workloads import WORKLOADS
 
 PLAIN = "plain"
 Side = Union[str, int]   # PLAIN, or the world size of an hvdtrain job
@@ -47,15 +46,19 @@ class Request:
                 and set(other.pythons) <= set(self.pythons) and set(other.sides) <= set(self.sides))
 
 
+def stack_request(*, models: Sequence[str], rounds: int, quick: bool, python: str,
+                  other_python: str | None, sides: tuple[Side, ...]) -> Request:
+    """The rounds of ``sides`` on the stack of ``python`` (and of ``other_python``, when given),
+    to the full plan or --quick's: what ``arguments.stack_choice`` chose, as rounds."""
+    return Request(models=tuple(models),
+                   pythons=tuple(stack_pythons(python, other_python).items()),
+                   plan=plans.QUICK if quick else plans.FULL, rounds=rounds, sides=sides)
+
+
 def for_all(args: argparse.Namespace) -> Request:
     """The rounds ``bench all`` measures once for scaling, tax and stacks: their models, this
-    stack and --other-venv's (when given), and every side, to the full plan or --quick's."""
-    python = arguments.venv_python(getattr(args, "venv", None), "--venv") or sys.executable
-    pythons = stack_pythons(python, arguments.venv_python(args.other_venv, "--other-venv"))
-    return Request(models=tuple(model_names(args.models, args.quick)),
-                   pythons=tuple(pythons.items()),
-                   plan=plans.QUICK if args.quick else plans.FULL,
-                   rounds=arguments.rounds(args), sides=ALL_SIDES)
+    stack (or --venv's) and --other-venv's (when given), and every side."""
+    return stack_request(**arguments.stack_choice(args), sides=ALL_SIDES)
 
 
 def shared_in_all(args: argparse.Namespace, own: Request) -> Request:
