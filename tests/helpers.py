@@ -16,8 +16,9 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 import pytest
@@ -54,6 +55,16 @@ def launch(launcher: str, np_: int, argv: list[str], *, cwd: Path | None = None,
     """Runs a job of ``np_`` ranks under ``launcher`` to completion (see run_job)."""
     return run_job(launch_command(launcher, np_, argv, tag_output=tag_output), timeout=timeout,
                    env=env, cwd=cwd)
+
+
+T = TypeVar("T")
+
+
+def side_by_side(*calls: Callable[[], T]) -> list[T]:
+    """The results of ``calls`` (commands a test runs and then checks, each a process of its
+    own), run side by side: a one-process test run leaves the machine's other cores idle."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [future.result() for future in [pool.submit(call) for call in calls]]
 
 
 def importable_from(folder: Path) -> dict[str, str]:

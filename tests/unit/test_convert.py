@@ -9,12 +9,13 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import convert_digits, launcher_env
+from helpers import convert_digits, launcher_env, side_by_side
 from hvdtrain.data import convert, records, sources
 from hvdtrain.config import DataConfig
 from hvdtrain.testing.digit_files import SORTED, write_digits
@@ -205,18 +206,23 @@ def test_an_unreadable_sidecar_is_named(tree, tmp_path):
 def test_the_cli_split_follows_eval_fraction_and_seed(tree, tmp_path):
     """``hvdtrain data convert --eval-fraction --seed`` as a user runs it: the asked share of
     every class held out; the same seed the same split, another seed another."""
-    def split(name: str, seed: int) -> tuple[list, list]:
-        done = convert_digits(tree, tmp_path / name, "--eval-fraction", "0.25", "--seed",
+    def convert_with(name: str, seed: int) -> subprocess.CompletedProcess:
+        return convert_digits(tree, tmp_path / name, "--eval-fraction", "0.25", "--seed",
                               str(seed), "--shards", "2", timeout=120)
+
+    def split(name: str, done: subprocess.CompletedProcess) -> tuple[list, list]:
         assert done.returncode == 0, done.stderr[-2000:]
         shards = sources.load(DataConfig(source="tfrecord", path=str(tmp_path / name)), seed=0)
         return _pairs(shards.train), _pairs(shards.eval)
 
-    train, held_out = split("first", 3)
+    runs = {"first": 3, "again": 3, "other": 4}
+    converted = dict(zip(runs, side_by_side(*(partial(convert_with, name, seed)
+                                              for name, seed in runs.items()))))
+    train, held_out = split("first", converted["first"])
     count = lambda pairs, label: [y for y, _ in pairs].count(label)
     for label in range(10):   # a quarter of the class's images, rounded, at least one
         members = count(train, label) + count(held_out, label)
         assert count(held_out, label) == max(1, round(members * 0.25)), (label, members)
     assert len(train) + len(held_out) == N and not set(train) & set(held_out)
-    assert split("again", 3) == (train, held_out)
-    assert split("other", 4)[1] != held_out
+    assert split("again", converted["again"]) == (train, held_out)
+    assert split("other", converted["other"])[1] != held_out
