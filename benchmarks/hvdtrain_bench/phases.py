@@ -3,9 +3,11 @@ with a Horovod timeline, on this stack and on another's virtualenv (``--other-ve
 interleaved rounds.
 
 The phases, and how a step's are read from rank 0's timeline: shared/timeline.py. This stack
-runs once more with its reduction in buckets (``--bucket-mb``, horovod.bucket_mb): the share of
-the all-reduce that ran during backprop, and that step against the one-bucket step of the same
-round (Keras 2's Horovod optimizer reduces gradient by gradient: its share is Horovod's).
+runs once more through Horovod's grouped all-reduce (horovod.flatten off) and once more with its
+reduction in buckets (``--bucket-mb``, horovod.bucket_mb): the share of the all-reduce that ran
+during backprop, and each step against this stack's own (one flat tensor after backprop) of
+the same round (Keras 2's Horovod optimizer reduces gradient by gradient: its share is
+Horovod's).
 Medians over the timed steps (the warmup epochs left out), then over rounds. The timeline's own
 writing slows the job a little: these are a breakdown, the rates are bench scaling's.
 """
@@ -33,6 +35,9 @@ QUICK_BUCKET_MB = 0.0001
 # bench all measures the model whose all-reduce is a part of the step worth breaking down
 # (the small ResNet's gradients fit in one small bucket) and keeps make bench in its budget.
 IN_ALL_MODELS = "mobilenetv2"
+
+
+GROUPED = "this, grouped"   # horovod.flatten off
 
 
 def bucket_variant(bucket_mb: float) -> str:
@@ -99,10 +104,12 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
     runs: dict[str, tuple[str, tuple[str, ...]]] = {
         which: (stack, ()) for which, stack in interleave.stack_pythons(python,
                                                                         other_python).items()}
+    # This stack once more through Horovod's grouped all-reduce (the gradients copied through
+    # its fusion buffer), against which its flat tensor is measured, and in buckets.
+    variants = {GROUPED: (python, ("horovod.flatten=false",))}
     if bucket_mb > 0:
-        runs = {"this": runs["this"],
-                bucket_variant(bucket_mb): (python, (f"horovod.bucket_mb={bucket_mb:g}",)),
-                **{k: v for k, v in runs.items() if k != "this"}}
+        variants[bucket_variant(bucket_mb)] = (python, (f"horovod.bucket_mb={bucket_mb:g}",))
+    runs = {"this": runs["this"], **variants, **{k: v for k, v in runs.items() if k != "this"}}
     # The rounds hand measure() each run's name (its value here), which picks the run.
     results = interleave.rounds_per_model(
         "phases", models, rounds, {which: which for which in runs},
@@ -129,6 +136,12 @@ def share_text(share: Mapping[str, Any]) -> str:
             + (" noise" if share["noise"] else ""))
 
 
+def tensors(count: int) -> str:
+    """The tensors a step all-reduced: the binding's flat one (or one per bucket), or each
+    gradient apart (Horovod's own optimizer)."""
+    return f"{count} tensor{'' if count == 1 else 's'} all-reduced"
+
+
 def markdown(result: dict[str, Any]) -> str:
     stacks = result["stacks"]
     lines = [
@@ -138,8 +151,10 @@ def markdown(result: dict[str, Any]) -> str:
         f"{host.machine_line(result['machine'])}. Per step, from rank 0's timeline: the "
         f"step (from one step's all-reduce to the next), and the wall time each phase of the "
         f"gradients' all-reduce covers (medians over the timed steps, then over rounds); its "
-        f"share of the step per round, median (spread). Where the gradients go in one fused "
-        f"all-reduce after backprop (hvdtrain's binding), the phases are its cost; where they "
+        f"share of the step per round, median (spread). Where the gradients go in one "
+        f"all-reduce after backprop (hvdtrain's binding: one flat tensor, or one per bucket; "
+        f"one tensor is not copied through Horovod's fusion buffer), the phases are its cost; "
+        f"where they "
         f"go one by one as backprop produces them (Horovod's own optimizer, on Keras 2), their "
         f"all-reduces overlap backprop and each other, and a phase's time is how long one of "
         f"them is in it, not what it costs. The timeline's writing slows the job a little: "
@@ -149,7 +164,7 @@ def markdown(result: dict[str, Any]) -> str:
         for which in stacks:
             m, share = r["medians"][which], r["share_of_step"][which]
             rows.append([r["model"], which,
-                         f"step ({r['rounds'][0][which]['gradients']} gradients)",
+                         f"step ({tensors(r['rounds'][0][which]['gradients'])})",
                          f"{m['step_ms']:.2f}", ""])
             rows += [[r["model"], which, PHASES[n], f"{ms:.2f}", share_text(share[n])]
                      for n, ms in m["phases_ms"].items()]
@@ -162,9 +177,10 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", "The all-reduce during backprop: the share of its wall time that ran before "
                   "the step's last gradient was asked for (when no rank had finished backprop "
                   "yet), median over rounds (spread); and the step against this stack's "
-                  "one-bucket step of the same round, median ratio (spread).", "",
+                  "own (one flat tensor after backprop) of the same round, median ratio "
+                  "(spread).", "",
               report.markdown_table(["model", "stack", "all-reduce during backprop",
-                                     "step / one-bucket step"], overlap)]
+                                     "step / this stack's step"], overlap)]
     return "\n".join(lines)
 
 

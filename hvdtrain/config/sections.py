@@ -215,10 +215,15 @@ class HorovodConfig:
                                  default=-1.0)
     bucket_mb: float = _help("Keras 3 (and backward_passes_per_step > 1): all-reduce the dense "
                              "gradients in buckets of about this many MB, the last layers' "
-                             "first, each one grouped all-reduce that starts as soon as "
+                             "first, each one all-reduce that starts as soon as "
                              "backprop has computed its gradients (overlapping the rest of "
-                             "backprop); 0: one grouped all-reduce per step after the whole "
+                             "backprop); 0: one all-reduce per step after the whole "
                              "backward pass", default=0.0)
+    flatten: bool = _help("Keras 3 (and backward_passes_per_step > 1): all-reduce each bucket "
+                          "of dense gradients as one flat tensor, split back without copies; "
+                          "false: Horovod's grouped all-reduce (each gradient a tensor of its "
+                          "own in the timeline, copied through Horovod's fusion buffer)",
+                          default=True)
     autotune: bool = _help("let Horovod tune fusion threshold and cycle time while training "
                            "(HOROVOD_AUTOTUNE)", default=False)
     timeline: str = _help("write a Horovod timeline (Chrome trace JSON) to this file, from "

@@ -43,7 +43,7 @@ def allgather_object(obj: Any) -> list:
 
 def allreduce_each(tensors: Sequence[tf.Tensor], name: str) -> list[tf.Tensor]:
     """Sums each tensor across ranks with its own all-reduce (the optimizer reduces gradients
-    with a grouped all-reduce instead: ``reducer.py``). Called inside one tf.function, the
+    as one flat tensor instead: ``reducer.py``). Called inside one tf.function, the
     all-reduces are submitted together, so Horovod fuses them into one buffer when tensor
     fusion is on."""
     # Horovod: one named all-reduce per tensor; names must match across ranks.

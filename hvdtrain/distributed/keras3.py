@@ -4,9 +4,9 @@ Horovod's Keras layer cannot serve Keras 3: ``horovod.tensorflow.keras`` needs b
 Keras 3 removed, its tape and wrapper key dicts on ``var.ref()``, which Keras 3 variables lack,
 and its DistributedOptimizer hooks methods that Keras 3's ``train_step`` never calls, so even
 where it imports it would not reduce anything. Here the optimizer's ``apply`` (which
-``apply_gradients`` and ``fit`` go through) all-reduces the gradients first, with one grouped
-all-reduce per step; everything else is built on ``horovod.tensorflow``'s collectives, which
-work on plain tensors whatever the Keras version.
+``apply_gradients`` and ``fit`` go through) all-reduces the gradients first, as one flat
+tensor per step (``reducer.py``); everything else is built on ``horovod.tensorflow``'s
+collectives, which work on plain tensors whatever the Keras version.
 """
 from __future__ import annotations
 

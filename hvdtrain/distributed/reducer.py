@@ -33,13 +33,14 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
 
     At world size 1 they come back untouched (no all-reduce, no fp16 rounding), except under
     elastic training, where a traced step outlives the world size. Dense gradients go through
-    ONE grouped all-reduce per dtype (negotiated once, fused into one buffer; one dtype in the
-    usual case, float16 and float32 under some mixed precision), or with ``options.bucket_mb``
-    one per bucket (``buckets``): each depends on its own gradients only, so in a traced step
-    the last layers' bucket starts while backprop still computes the first layers' gradients;
-    sparse ones (IndexedSlices, from embeddings) are reduced each on its own, apart from the
-    dense ones, unless sparse_as_dense makes them dense first. Adasum reduces every tensor on
-    its own. ``name`` must be the same on every rank and differ between call sites."""
+    ONE all-reduce per dtype (negotiated once, of one flat tensor: ``_reduce_bucket``; one dtype
+    in the usual case, float16 and float32 under some mixed precision), or with
+    ``options.bucket_mb`` one per bucket (``buckets``): each depends on its own gradients
+    only, so in a traced step the last layers' bucket starts while backprop still computes the
+    first layers' gradients; sparse ones (IndexedSlices, from embeddings) are reduced each on
+    its own, apart from the dense ones, unless sparse_as_dense makes them dense first. Adasum
+    reduces every tensor on its own. ``name`` must be the same on every rank and differ
+    between call sites."""
     out: list[Any] = list(gradients)
     # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
     # under elastic training, where a step traced at size 1 may run after workers join.
@@ -74,8 +75,8 @@ def _reduce_each(out: list[Any], positions: list[int], options: HorovodConfig,
 
 def _reduce_grouped(out: list[Any], dense: list[int], options: HorovodConfig,
                     name: str) -> None:
-    """The dense gradients at ``dense`` in ``out`` reduced in place: one grouped all-reduce
-    per dtype, or per bucket of ``options.bucket_mb``."""
+    """The dense gradients at ``dense`` in ``out`` reduced in place: one all-reduce per dtype,
+    or per bucket of ``options.bucket_mb``."""
     by_dtype: dict[tf.DType, list[int]] = {}
     for i in dense:
         by_dtype.setdefault(out[i].dtype, []).append(i)
@@ -86,14 +87,56 @@ def _reduce_grouped(out: list[Any], dense: list[int], options: HorovodConfig,
         groups = buckets(sizes, limit)
         for k, bucket in enumerate(groups):
             grouped = [of_dtype[j] for j in bucket]
-            # Horovod: one grouped all-reduce per bucket (negotiated once, fused into one
-            # buffer; ring all-reduce, averaged; fp16 on the wire if asked); its op takes one
-            # dtype only. Its name is the same on every rank: the ranks match buckets by it.
-            reduced = hvd.grouped_allreduce([out[i] for i in grouped], op=reduce_op(options),
-                                            compression=compression(options),
-                                            name=base if len(groups) == 1 else f"{base}_b{k}")
+            # Its name is the same on every rank: the ranks match buckets by it.
+            reduced = _reduce_bucket([out[i] for i in grouped], options,
+                                     base if len(groups) == 1 else f"{base}_b{k}")
             for i, grad in zip(grouped, reduced):
                 out[i] = grad
+
+
+# TensorFlow splits a tensor along its first axis without copying where every part starts on a
+# boundary of this many bytes (Eigen's alignment); in between, a part is copied.
+ALIGN_BYTES = 64
+
+
+def _aligned_elements(itemsize: int) -> int:
+    return max(1, ALIGN_BYTES // itemsize)
+
+
+def flat_layout(sizes: Sequence[int], itemsize: int) -> list[int]:
+    """The elements each of gradients of ``sizes`` elements takes in the flat buffer: its own,
+    padded to the next multiple of ALIGN_BYTES, so that every one starts on that boundary."""
+    align = _aligned_elements(itemsize)
+    return [-(-size // align) * align for size in sizes]
+
+
+def _reduce_bucket(grads: list[tf.Tensor], options: HorovodConfig, name: str
+                   ) -> list[tf.Tensor]:
+    """One bucket of dense gradients of one dtype, reduced as ONE flat tensor: concatenated
+    (each padded to an aligned start, ``flat_layout``), all-reduced, and split back without
+    copies. Horovod's grouped all-reduce of the same gradients copies each one into its fusion
+    buffer and out again, and books every tensor apart (bench phases times both). A bucket of
+    one gradient, or with one of unknown size (a shape traced as None), takes the grouped
+    all-reduce, and so does every bucket where ``options.flatten`` is off."""
+    sizes = [grad.shape.num_elements() for grad in grads]
+    if len(grads) == 1 or None in sizes or not options.flatten:
+        # Horovod: one negotiation, fused into one buffer; its op takes one dtype only.
+        return hvd.grouped_allreduce(grads, op=reduce_op(options),
+                                     compression=compression(options), name=name)
+    layout = flat_layout(sizes, grads[0].dtype.size)
+    parts = []
+    for grad, size, room in zip(grads, sizes, layout):
+        parts.append(tf.reshape(grad, [-1]))
+        if room > size:
+            parts.append(tf.zeros([room - size], grad.dtype))
+    # Horovod: one tensor is one entry: no copy through its fusion buffer (ring all-reduce,
+    # averaged; fp16 on the wire if asked).
+    flat = hvd.allreduce(tf.concat(parts, 0), op=reduce_op(options),
+                         compression=compression(options), name=name)
+    align = _aligned_elements(grads[0].dtype.size)
+    rows = tf.split(tf.reshape(flat, [-1, align]), [room // align for room in layout])
+    return [tf.reshape(tf.reshape(row, [-1])[:size], grad.shape)
+            for row, size, grad in zip(rows, sizes, grads)]
 
 
 def _bytes(elements: int | None, itemsize: int) -> int | None:
@@ -102,7 +145,7 @@ def _bytes(elements: int | None, itemsize: int) -> int | None:
 
 def buckets(sizes: Sequence[int | None], limit: int) -> list[list[int]]:
     """The positions of gradients of ``sizes`` bytes (in variable order) in buckets of at most
-    ``limit`` bytes, for one grouped all-reduce each: taken from the last position to the first
+    ``limit`` bytes, for one all-reduce each: taken from the last position to the first
     (backprop computes the last layers' gradients first, as PyTorch DDP's buckets), each bucket
     a run of consecutive positions, closed when the next gradient would take it past ``limit``;
     a gradient larger than ``limit`` gets a bucket of its own. ``limit`` 0: ONE bucket of all

@@ -28,6 +28,7 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
     c, w = config, world
     options = "".join(f", {option}" for option in changed_gradient_options(c))
     buckets = f", buckets {c.horovod.bucket_mb:g} MB" if c.horovod.bucket_mb else ""
+    buckets += "" if c.horovod.flatten else ", grouped all-reduce"
     return (
         f"hvdtrain {__version__}: {w.size} rank{'s' if w.size > 1 else ''} ({w.controller}), "
         f"{w.device} x {w.intra_op_threads} threads per rank\n"

@@ -83,14 +83,17 @@ def test_library_pattern_at_two_ranks_ends_with_identical_ranks(two_ranks):
     # an Input (seeds 100 + rank) ends alike on both ranks.
     for case in ("dense_first", "no_input", *USER_STEPS, *BUCKETS):
         assert largest_difference(*two[case]) == 0, case
-    # horovod.bucket_mb: one grouped all-reduce per bucket, each waiting only for its own
-    # gradients, so the executor may start the last layers' while backprop goes on (control:
-    # at bucket_mb 0 the one all-reduce waits for every gradient).
+    # horovod.bucket_mb: one all-reduce per bucket, each waiting only for its own gradients,
+    # so the executor may start the last layers' while backprop goes on (control: at
+    # bucket_mb 0 the one all-reduce waits for every gradient). A bucket of several gradients
+    # goes as one flat tensor (HorovodAllreduce); one of a single gradient, grouped.
     for pair in checks:
         assert {case: [positions for kind, positions in pair["buckets"][case]]
                 for case in BUCKETS} == BUCKETS
-        assert {kind for case in BUCKETS for kind, _ in pair["buckets"][case]} <= {
-            "HorovodGroupedAllreduce"}
+        for case, expected in BUCKETS.items():
+            assert [kind for kind, _ in pair["buckets"][case]] == [
+                "HorovodAllreduce" if len(positions) > 1 else "HorovodGroupedAllreduce"
+                for positions in expected], case
     # Each rank draws its own dropout masks (Keras 3 broadcast rank 0's seed state with the
     # weights: the same mask for sample i on every rank), from identical weights.
     (masks0, *weights0), (masks1, *weights1) = two["dropout_masks"]

@@ -86,6 +86,26 @@ def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, i
     return count, total
 
 
+def all_reduces_per_step(gradients: int) -> int:
+    """The all-reduces that carry one step's dense gradients: on Keras 3 the binding's one
+    flat tensor; on Keras 2 Horovod's own, one per gradient."""
+    return 1 if keras_major() >= 3 else gradients
+
+
+def gradient_traffic(sizes: list[int]) -> tuple[int, int]:
+    """The all-reduces and the elements that carry one step's dense float32 gradients of
+    ``sizes`` elements: in the flat tensor each gradient is padded to an aligned start
+    (reducer.flat_layout)."""
+    if keras_major() >= 3:
+        from hvdtrain.distributed import reducer
+        return all_reduces_per_step(len(sizes)), sum(reducer.flat_layout(sizes, 4))
+    return all_reduces_per_step(len(sizes)), sum(sizes)
+
+
+def variable_sizes(model) -> list[int]:
+    return [int(np.prod(v.shape)) for v in model.trainable_variables]
+
+
 def test_fp16_compression_halves_the_bytes_and_stays_close(tmp_path):
     # horovodrun --gloo; the timeline (rank 0's Chrome trace) shows what crossed the wire. The
     # custom loop without and with compression, and fit with it (Horovod's optimizer there).
@@ -100,13 +120,16 @@ def test_fp16_compression_halves_the_bytes_and_stays_close(tmp_path):
         assert_same(ranks[0], ranks[1], atol=0)
         runs[name] = ranks[0], gradient_allreduces(timeline)
     plain, (plain_count, plain_bytes) = runs["plain"]
-    # 6 gradient tensors (3 dense layers) x 5 steps (266 samples, 133 per rank, batch 32) x 3
-    # epochs, each an all-reduce event; every one of the MLP's 6,570 parameters once per step,
-    # in 4 bytes, or 2 compressed: 394,200 and 197,100 bytes.
-    assert (plain_count, plain_bytes) == (6 * 5 * 3, 6570 * 15 * 4) == (90, 394_200)
+    # 5 steps (266 samples, 133 per rank, batch 32) x 3 epochs, each step's 6 gradient tensors
+    # (3 dense layers, 6,570 parameters) in one flat all-reduce (Keras 3) or one each (Keras 2:
+    # 90 all-reduces, 394,200 bytes), in 4 bytes an element, or 2 compressed.
+    sizes = variable_sizes(initial_model("synthetic-mlp", ["data.num_samples=333"])[2])
+    assert len(sizes) == 6 and sum(sizes) == 6570
+    count, elements = gradient_traffic(sizes)
+    assert (plain_count, plain_bytes) == (count * 15, elements * 15 * 4)
     for name in ("fp16", "fit-fp16"):
         weights_, allreduced = runs[name]
-        assert allreduced == (90, 6570 * 15 * 2) == (90, 197_100), name
+        assert allreduced == (count * 15, elements * 15 * 2), name
         worst = assert_same(weights_, plain, atol=1e-3)  # measured: about 1e-4
         assert worst > 1e-6, name  # the gradients really were rounded
         print(f"{name}: {allreduced[1]} vs {plain_bytes} gradient bytes all-reduced by rank 0, "
@@ -304,7 +327,7 @@ def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
         "epoch-0008", "epoch-0009", "epoch-0010"]
     assert (run_dir / "model").is_dir()
     count, _ = gradient_allreduces(timeline)  # Chrome trace JSON, written by rank 0
-    assert count == 6 * 23 * 10   # 6 gradient tensors (mlp: 3 layers) x 23 steps x 10 epochs
+    assert count == all_reduces_per_step(6) * 23 * 10   # the MLP's 6 gradients, 23 x 10 steps
     # The same job on Keras fit, every rank's final weights logged as the custom loop's were.
     job = launch("mpi", 2, hvdtrain("train", *MIXED_DIGITS, "--loop", "fit",
                                     "--run-dir", str(tmp_path / "fit")),
@@ -359,17 +382,20 @@ def test_sparse_as_dense_reduces_embedding_gradients_densely_to_the_same_result(
                       "--set", f"horovod.timeline={timeline}")
         assert_same(ranks[0], ranks[1], atol=0)
         runs[name] = (ranks[0], gradient_allreduces(timeline, "ALLGATHER")[0],
-                      gradient_allreduces(timeline)[0])
+                      *gradient_allreduces(timeline))
     steps = 2 * 23
-    sparse_gathers, sparse_reduces = runs["sparse"][1:]
-    assert sparse_gathers >= steps                           # embedding rows all-gathered ...
-    for name in ("dense", "fit-dense"):                      # ... or the table all-reduced
-        assert runs[name][1:] == (0, sparse_reduces + steps), (name, runs[name][1:])
-
     cfg, dataset, model = initial_model("digits", EMBEDDING_SGD)
     start = model.get_weights()
+    (table,) = [v for v in model.trainable_variables if "embeddings" in v.name]
+    sparse_gathers, sparse_reduces, sparse_bytes = runs["sparse"][1:]
+    assert sparse_gathers >= steps                           # embedding rows all-gathered ...
+    for name in ("dense", "fit-dense"):                      # ... or the table all-reduced:
+        gathers, reduces, moved = runs[name][1:]
+        assert gathers == 0 and moved >= sparse_bytes + steps * table.numpy().nbytes, name
+        # in the step's one flat all-reduce (Keras 3), or in one more of its own (Keras 2)
+        assert reduces == sparse_reduces + (0 if keras_major() >= 3 else steps), name
     averaged = replay_two_ranks(cfg, dataset, model, lr_at=lambda step: cfg.optim.lr)
-    for name, (weights_, _, _) in runs.items():
+    for name, (weights_, *_) in runs.items():
         print(f"{name} vs the replay, largest weight difference:",
               assert_same(weights_, averaged, atol=1e-5))
     # Sharp: summing the ranks' gradients instead of averaging them ends elsewhere.

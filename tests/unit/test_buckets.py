@@ -1,18 +1,24 @@
-"""``horovod.bucket_mb`` without a launcher: the reducer's bucketing arithmetic (which gradients
-share a grouped all-reduce), the config's check and the banner. Across ranks (2 x B == 1 x 2B
-on every bucket size, one Horovod op per bucket): tests/multirank/test_binding.py."""
+"""``horovod.bucket_mb`` and ``horovod.flatten`` without a launcher: the reducer's bucketing
+arithmetic (which gradients share an all-reduce), each bucket sent as one flat tensor and split
+back in place, the config's check and the banner. Across ranks (2 x B == 1 x 2B on every bucket
+size, one Horovod op per bucket, flat and grouped alike to the bit):
+tests/multirank/test_binding.py."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from hvdtrain import distributed as dist
 from hvdtrain.training import report
 from hvdtrain.config import presets
 from hvdtrain.config import HorovodConfig
-from hvdtrain.distributed.reducer import buckets
+from hvdtrain.distributed import reducer
+from hvdtrain.distributed.reducer import buckets, flat_layout
 from hvdtrain.errors import UserError
 
 
@@ -68,10 +74,55 @@ def test_bucket_mb_below_zero_is_refused_with_one_line():
 def test_the_banner_names_the_bucket_size_when_set():
     config = presets.digits()
     bucketed = dataclasses.replace(config, horovod=HorovodConfig(bucket_mb=2.5))
+    grouped = dataclasses.replace(config, horovod=HorovodConfig(flatten=False))
     world = dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 1, 1, "stack")
-    lines = [line for cfg in (bucketed, config)
+    lines = [line for cfg in (bucketed, grouped, config)
              for line in report.banner(cfg, world, data="d", params=1, steps=1, peak_lr=0.1,
                                        start_epoch=0, horovod_in_force="fusion 128 MB",
                                        run_dir="r").splitlines()
              if line.startswith("  horovod")]
-    assert lines == ["  horovod fusion 128 MB, buckets 2.5 MB", "  horovod fusion 128 MB"]
+    assert lines == ["  horovod fusion 128 MB, buckets 2.5 MB",
+                     "  horovod fusion 128 MB, grouped all-reduce", "  horovod fusion 128 MB"]
+
+
+def test_flat_layout_starts_every_gradient_on_a_64_byte_boundary():
+    assert flat_layout([16, 1, 17, 0, 32], 4) == [16, 16, 32, 0, 32]   # float32: 16 a row
+    assert flat_layout([1, 33], 2) == [32, 64]                          # float16: 32
+    sizes = [random.Random(seed).randrange(1, 5000) for seed in range(50)]
+    for itemsize in (2, 4, 8):
+        layout = flat_layout(sizes, itemsize)
+        starts = list(itertools.accumulate([0, *layout]))
+        assert all(start * itemsize % reducer.ALIGN_BYTES == 0 for start in starts)
+        assert all(0 <= room - size < reducer.ALIGN_BYTES // itemsize
+                   for room, size in zip(layout, sizes))
+    # Control: the gradients back to back start off the boundary.
+    assert any(start * 4 % reducer.ALIGN_BYTES for start in itertools.accumulate(sizes))
+
+
+@pytest.mark.parametrize("flatten", [True, False])
+def test_a_bucket_is_one_flat_tensor_whose_parts_come_back_in_place(monkeypatch, flatten):
+    # reduce_gradients as the binding calls it at 2 ranks, with Horovod's collectives replaced
+    # by ones that record what they were sent and return it doubled.
+    sent: list[tuple[str, list]] = []
+
+    def allreduce(tensor, **options):
+        sent.append(("allreduce", [tensor.shape.as_list()]))
+        return tensor * 2
+
+    def grouped_allreduce(tensors, **options):
+        sent.append(("grouped", [t.shape.as_list() for t in tensors]))
+        return [t * 2 for t in tensors]
+    monkeypatch.setattr(reducer.hvd, "size", lambda: 2)
+    monkeypatch.setattr(reducer.hvd, "allreduce", allreduce)
+    monkeypatch.setattr(reducer.hvd, "grouped_allreduce", grouped_allreduce)
+    shapes = [(3, 5), (7,), (16,), (2, 2, 3), (1,)]
+    grads = [tf.reshape(tf.range(np.prod(shape), dtype=tf.float32) + 100 * k, shape)
+             for k, shape in enumerate(shapes)]
+    out = dist.reduce_gradients([*grads, None], HorovodConfig(flatten=flatten))
+    assert out[-1] is None
+    for grad, back in zip(grads, out):
+        assert back.shape == grad.shape and np.array_equal(back.numpy(), 2 * grad.numpy())
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    # Control: horovod.flatten off sends each gradient as a tensor of its own.
+    assert sent == ([("allreduce", [[sum(flat_layout(sizes, 4))]])] if flatten else
+                    [("grouped", [list(shape) for shape in shapes])])
