@@ -95,7 +95,8 @@ def _reduce_grouped(out: list[Any], dense: list[int], options: HorovodConfig,
 
 
 # TensorFlow splits a tensor along its first axis without copying where every part starts on a
-# boundary of this many bytes (Eigen's alignment); in between, a part is copied.
+# boundary of this many bytes (Eigen's alignment); in between, a part is copied. So does slicing
+# a part's padding off, unless its size is a multiple of it too (most of a model's gradients).
 ALIGN_BYTES = 64
 
 
