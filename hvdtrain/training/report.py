@@ -27,8 +27,8 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
     and epochs, loop and precision, Horovod's settings, the stack and the run directory."""
     c, w = config, world
     options = "".join(f", {option}" for option in changed_gradient_options(c))
-    buckets = f", buckets {c.horovod.bucket_mb:g} MB" if c.horovod.bucket_mb else ""
-    buckets += "" if c.horovod.flatten else ", grouped all-reduce"
+    reduction = (f", buckets {c.horovod.bucket_mb:g} MB" if c.horovod.bucket_mb else "") + (
+        "" if c.horovod.flatten else ", grouped all-reduce")
     return (
         f"hvdtrain {__version__}: {w.size} rank{'s' if w.size > 1 else ''} ({w.controller}), "
         f"{w.device} x {w.intra_op_threads} threads per rank\n"
@@ -42,7 +42,7 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
         f"  batch {c.train.batch_size} per rank, {c.train.batch_size * w.size} global, "
         f"{steps} steps per epoch, epochs {start_epoch + 1}..{c.train.epochs}\n"
         f"  loop  {c.train.loop}, {c.train.precision}{options}\n"
-        f"  horovod {horovod_in_force}{buckets}\n"
+        f"  horovod {horovod_in_force}{reduction}\n"
         f"  stack {w.stack}\n"
         f"  run   {run_dir}")
 
