@@ -23,30 +23,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from hvdtrain_bench.shared import (host, jobs, launch, plans, report, stats, steps,  # noqa: E402
-                                   trainer_job)
+from hvdtrain_bench.shared import host, plans, report, stats, trainer_job  # noqa: E402
 from hvdtrain_bench.shared.workloads import WORKLOADS  # noqa: E402
 
 ALONE, PAIR, TOGETHER = "alone", "side by side", "2-rank job"
 
 
-def on_core(command: list[str], core: int) -> list[str]:
-    """A 1-rank mpirun ``command`` bound to ``core`` instead of the first free one (Open MPI
-    maps by core from core 0 in every job, and refuses --cpu-set beside --map-by)."""
-    i = command.index("--map-by")
-    return command[:i] + ["--cpu-set", str(core)] + command[i + 2:]
-
-
 def one_job(name: str, core: int, work_dir: Path) -> dict[str, Any]:
     """bench scaling's 1-rank job of model ``name`` on ``core``: its samples/s (median repeat)
     and the cores its rank ran on."""
-    options = plans.job_options(WORKLOADS[name], 1, plans.FULL, work_dir)
-    argv = launch.rank_argv("hvdtrain_bench.shared.trainer_job", options)
-    what = f"{name}, 1 rank on core {core}"
-    output = jobs.run_job(on_core(launch.launch_command("mpi", 1, argv), core), what=what)
-    raw = jobs.read_json_output(Path(options["out"]), what, output)
-    return {"samples_per_sec": stats.summarize(steps.repeat_rates(raw["ranks"]))["median"],
-            "cores": raw["ranks"][0]["cores"]}
+    job = trainer_job.measure(WORKLOADS[name], 1, plans.FULL, work_dir, core=core)
+    return {"samples_per_sec": job["total_samples_per_sec"]["median"],
+            "cores": job["core_budget"][0]["cores"]}
 
 
 def one_round(name: str, index: int, work_dir: Path) -> dict[str, Any]:

@@ -98,7 +98,7 @@ def gradient_traffic(sizes: list[int]) -> tuple[int, int]:
     (reducer.flat_layout)."""
     if keras_major() >= 3:
         from hvdtrain.distributed import reducer
-        return all_reduces_per_step(len(sizes)), sum(reducer.flat_layout(sizes, 4))
+        sizes = reducer.flat_layout(sizes, 4)
     return all_reduces_per_step(len(sizes)), sum(sizes)
 
 

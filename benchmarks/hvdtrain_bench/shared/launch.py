@@ -11,10 +11,17 @@ from typing import Any, Callable, Mapping, Sequence
 from hvdtrain.launch import launchers, rank_process, placement
 
 
-def launch_command(launcher: str, ranks: int, argv: Sequence[str]) -> list[str]:
+def launch_command(launcher: str, ranks: int, argv: Sequence[str],
+                   core: int | None = None) -> list[str]:
     """A measured job's command: one core per rank where the launcher binds ranks (see
-    launchers.Entry.binds_cores)."""
-    return launchers.launch_command(launcher, ranks, argv, bind_to_core=True)
+    launchers.Entry.binds_cores). ``core``: a 1-rank mpirun job bound to that core instead of
+    core 0, where Open MPI maps every job from (it refuses --cpu-set beside --map-by), so that
+    two jobs can run side by side."""
+    command = launchers.launch_command(launcher, ranks, argv, bind_to_core=True)
+    if core is None:
+        return command
+    i = command.index("--map-by")
+    return command[:i] + ["--cpu-set", str(core)] + command[i + 2:]
 
 
 def rank_argv(module: str, options: Mapping[str, Any], python: str = sys.executable

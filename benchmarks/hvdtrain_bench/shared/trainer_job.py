@@ -58,11 +58,13 @@ def rank_main(options: dict[str, Any]) -> None:
 
 
 def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
-            python: str = sys.executable) -> dict[str, Any]:
+            python: str = sys.executable, core: int | None = None) -> dict[str, Any]:
     """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals.
-    ``python``: the interpreter (and so the stack) the ranks run on."""
+    ``python``: the interpreter (and so the stack) the ranks run on; ``core``: a 1-rank job's
+    core (``launch.launch_command``)."""
     options = job_options(workload, ranks, plan, work_dir)
-    raw = run(options, ranks, python, what=f"scaling {workload.name} on {ranks} ranks")
+    raw = run(options, ranks, python, what=f"scaling {workload.name} on {ranks} ranks",
+              core=core)
     rates = steps.repeat_rates(raw["ranks"])
     per_rank = [r["samples"][i] / r["seconds"][i] for r in raw["ranks"]
                 for i in range(len(r["seconds"]))]
@@ -80,11 +82,11 @@ def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
 
 
 def run(options: dict[str, Any], ranks: int, python: str, *, what: str,
-        env: Mapping[str, str] | None = None) -> dict[str, Any]:
+        env: Mapping[str, str] | None = None, core: int | None = None) -> dict[str, Any]:
     """Launches the job ``options`` describes (``job_options``) on ``ranks`` ranks under its
-    launcher, run by ``python``: what its rank 0 wrote."""
+    launcher (a 1-rank job on ``core``, if given), run by ``python``: what its rank 0 wrote."""
     command = launch.launch_command(options["launcher"], ranks,
-                                    launch.rank_argv(MODULE, options, python))
+                                    launch.rank_argv(MODULE, options, python), core)
     output = jobs.run_job(command, what=what, env=env)
     return jobs.read_json_output(Path(options["out"]), what, output)
 
