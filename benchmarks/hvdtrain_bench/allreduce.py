@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain_bench import registry
-from hvdtrain_bench.shared import collectives, host, jobs, launch, plots, report, stats
-from hvdtrain_bench.shared.collectives import (FULL_PATHS, HOROVOD_MPI, QUICK_PATHS, CommPath,
-                                               bandwidths, ops_per_batch, time_batches)
+from hvdtrain_bench.shared import collectives, host, plots, report, stats
+from hvdtrain_bench.shared.collectives import (FULL_PATHS, HOROVOD_MPI, QUICK_PATHS,
+                                               ops_per_batch, time_batches)
 from hvdtrain_bench.shared.targets import (BANDWIDTH, BANDWIDTH_WINDOW, FLOOR, FLOOR_BYTES, KIB,
                                            MIB)
 
@@ -52,25 +51,6 @@ def memcpy_reference(sizes: Sequence[int], repeats: int) -> list[dict]:
                                 lambda: None)
         rows.append({"bytes": nbytes, "seconds": seconds})
     return rows
-
-
-def measure(path: CommPath, sizes: Sequence[int], ranks: int, repeats: int,
-            work_dir: Path) -> dict[str, Any]:
-    out = work_dir / f"{path.kind}-{path.launcher}-{path.pieces}-{path.fusion}.json"
-    options = {"kind": path.kind, "launcher": path.launcher, "pieces": path.pieces,
-               "sizes": list(sizes), "repeats": repeats, "out": str(out)}
-    command = launch.launch_command(path.launcher, ranks,
-                                    launch.rank_argv(collectives.MODULE, options))
-    output = jobs.run_job(command, env=path.env(), what=f"all-reduce over {path.label}")
-    raw = jobs.read_json_output(out, f"all-reduce over {path.label}", output)
-    return {**asdict(path), "rows": [_row(r, ranks) for r in raw["rows"]]}
-
-
-def _row(raw: dict, ranks: int) -> dict:
-    t = stats.summarize(raw["seconds"])
-    algbw, busbw = bandwidths(raw["bytes"], t["median"], ranks)
-    return {"bytes": raw["bytes"], "seconds": t, "algbw_GBps": algbw / 1e9,
-            "busbw_GBps": busbw / 1e9}
 
 
 def add_ratios(paths: list[dict]) -> None:
@@ -96,7 +76,7 @@ def run(out_dir: Path, *, quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hvdtrain-bench-") as tmp:
         for path in paths:
             report.say(f"allreduce: {path.label}, {len(sizes)} sizes on {ranks} ranks...")
-            measured.append(measure(path, sizes, ranks, repeats, Path(tmp)))
+            measured.append(collectives.measure(path, sizes, ranks, repeats, Path(tmp)))
     add_ratios(measured)
     copy = [{**r, "GBps": r["bytes"] / stats.summarize(r["seconds"])["median"] / 1e9}
             for r in memcpy_reference(sizes, repeats)]

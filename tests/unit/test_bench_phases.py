@@ -95,3 +95,70 @@ def test_bench_phases_reports_the_bucketed_step_against_the_one_bucket_step_of_i
                             "machine": {"cpu": "c", "cores": 2, "os": "o", "python": "3",
                                         "date_utc": "d"}})
     assert "| m | this, 2 MB buckets | 40.0% (spread 0.0%) | 0.9900 (spread 3.0%) |" in text
+
+
+def test_the_gradients_bytes_are_read_from_where_horovod_ends_each_all_reduce():
+    # Horovod writes the reduced tensor's dtype and shape on the event that ends its
+    # all-reduce: two gradients (3 x 4 float32, 10 float16) and a metric (pid 9, once).
+    steps = [[("ALLREDUCE", t, t + 20)] for t in (0, 100, 200, 300)]
+    events = timeline.read_timeline(timeline_of(steps, tensors=2))
+    shapes = {0: ("float32", "[3, 4]"), 1: ("float16", "[10]"), 9: ("float64", "[]")}
+    events += [{"ph": "B", "name": "ALLREDUCE", "ts": 50, "pid": 9},
+               {"ph": "E", "ts": 90, "pid": 9}]
+    events += [{"ph": "E", "ts": 0, "pid": pid, "args": {"dtype": dtype, "shape": shape}}
+               for pid, (dtype, shape) in shapes.items()]
+    sizes = timeline.tensor_bytes(events)
+    assert sizes == {0: 48, 1: 20, 9: 8}
+    found = timeline.step_phases(timeline.tensor_phases(events), skip=1, sizes=sizes)
+    assert found["gradient_bytes"] == 68          # the metric's 8 bytes are not a gradient's
+    # Control: without the sizes (or with a gradient's missing) no bytes are claimed.
+    assert "gradient_bytes" not in timeline.step_phases(timeline.tensor_phases(events), skip=1)
+    del sizes[1]
+    assert "gradient_bytes" not in timeline.step_phases(timeline.tensor_phases(events), skip=1,
+                                                        sizes=sizes)
+    with pytest.raises(jobs.BenchError, match="'complex64'"):
+        timeline.tensor_bytes([{"ph": "E", "pid": 0, "args": {"dtype": "complex64",
+                                                              "shape": "[2]"}}])
+
+
+def test_bench_phases_holds_each_all_reduce_after_backprop_against_raw_mpi_of_its_bytes():
+    from hvdtrain_bench import phases
+
+    def job(allreduce_ms: float, during: float = 0.0, nbytes: int = 1_000_000,
+            raw_ms: float | None = None) -> dict:
+        found = {"stack": "s", "step_ms": 100.0, "gradients": 1, "during_backprop": during,
+                 "gradient_bytes": nbytes,
+                 "phases_ms": {"MPI_ALLREDUCE": allreduce_ms - 0.2, "ALLREDUCE": allreduce_ms}}
+        return found if raw_ms is None else {**found, "raw_mpi_ms": raw_ms}
+    bucketed = phases.bucket_variant(2)
+    # Raw MPI takes 2 ms a round; the flat tensor 2.4, 2.5 and 2.6 (1.2x, 1.25x, 1.3x); the
+    # grouped all-reduce, 8 padding bytes fewer, 6 ms; buckets run during backprop, and the
+    # other stack reduced other bytes: neither is held against raw MPI.
+    rounds = [{"this": job(a, raw_ms=2.0), phases.GROUPED: job(6.0, nbytes=999_992),
+               bucketed: job(3.0, during=0.3), "other": job(3.0, nbytes=2_000_000)}
+              for a in (2.4, 2.5, 2.6)]
+    summary = phases.summarize_model("m", rounds, [0.1] * 3)
+    against = summary["of_raw_mpi"]
+    assert set(against) == {"this", phases.GROUPED}
+    assert against["this"]["ALLREDUCE"]["per_round"] == pytest.approx([1.2, 1.25, 1.3])
+    assert against["this"]["MPI_ALLREDUCE"]["per_round"] == pytest.approx([1.1, 1.15, 1.2])
+    assert against[phases.GROUPED]["ALLREDUCE"]["median"] == pytest.approx(3.0)
+    def report(summary: dict) -> str:
+        return phases.markdown({"ranks": 2, "plan": {"rounds": 3}, "results": [summary],
+                                "stacks": {k: "a" for k in rounds[0]},
+                                "machine": {"cpu": "c", "cores": 2, "os": "o", "python": "3",
+                                            "date_utc": "d"}})
+    text = report(summary)
+    assert "| m | this | 1,000,000 | 2.00 | 1.1500 (spread 8.7%) | 1.2500 (spread 8.0%) |" \
+        in text
+    assert "all-reduce over raw MPI_Allreduce: 1.2500 (spread 8.0%): meets <= 1.3" in text
+    # Control: a flat tensor at 2.8 ms (1.4x) misses the target; a round without raw MPI's
+    # time (no bytes in its timeline) holds nothing against it, and says nothing.
+    slow = phases.summarize_model("m", [{**r, "this": job(2.8, raw_ms=2.0)} for r in rounds],
+                                  [0.1] * 3)
+    assert "all-reduce over raw MPI_Allreduce: 1.4000 (spread 0.0%): misses <= 1.3" in report(
+        slow)
+    unmeasured = phases.summarize_model("m", [{**r, "this": job(2.4)} for r in rounds],
+                                        [0.1] * 3)
+    assert unmeasured["of_raw_mpi"] == {} and "MPI_Allreduce of the same" not in report(
+        unmeasured)

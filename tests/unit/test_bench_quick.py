@@ -61,6 +61,19 @@ def check_phases(timed: dict) -> None:
         assert r["this"]["during_backprop"] == 0.0, r["this"]
         assert r[phases.GROUPED]["during_backprop"] == 0.0, r[phases.GROUPED]
         assert 0.0 <= r[bucketed]["during_backprop"] <= 1.0, r
+        # The bytes read from the timeline are the MLP's float32 gradients (control: Keras 3's
+        # flat tensor, its gradients padded to aligned starts, holds a few more, within what
+        # counts as the same bytes), and raw MPI_Allreduce of them was timed after this
+        # stack's job.
+        gradients = 4 * r["this"]["params"]
+        assert r[phases.GROUPED]["gradient_bytes"] == gradients, r
+        padded = r["this"]["gradient_bytes"] - gradients
+        assert (padded > 0) == (keras_major() >= 3), r
+        assert phases.same_bytes(r["this"]["gradient_bytes"], gradients), r
+        assert r["this"]["raw_mpi_ms"] > 0, r["this"]
+    against = model["of_raw_mpi"]["this"]["ALLREDUCE"]["per_round"]
+    assert against == pytest.approx([r["this"]["phases_ms"]["ALLREDUCE"]
+                                     / r["this"]["raw_mpi_ms"] for r in model["rounds"]])
 
 
 def check_ops(out) -> None:

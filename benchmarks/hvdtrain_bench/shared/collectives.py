@@ -1,18 +1,20 @@
 """The all-reduce paths bench allreduce times (raw MPI_Allreduce, Horovod over MPI and Gloo, one
 tensor or several, fusion on or off), their arithmetic (nccl-tests' bandwidths, calls per timed
-batch), and their rank side: ``python -m hvdtrain_bench.shared.collectives rank OPTIONS``."""
+batch), their launch (bench allreduce's, and bench phases' raw MPI_Allreduce of a step's
+gradient bytes) and their rank side: ``python -m hvdtrain_bench.shared.collectives rank
+OPTIONS``."""
 from __future__ import annotations
 
 import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from hvdtrain.launch import launchers
-from hvdtrain_bench.shared import launch
+from hvdtrain_bench.shared import jobs, launch, stats
 from hvdtrain_bench.shared.targets import MIB
 
 MODULE = "hvdtrain_bench.shared.collectives"
@@ -70,6 +72,29 @@ def batch_ops(seconds_per_op: float, most: int) -> int:
     if seconds_per_op <= 0:
         return most
     return max(3, min(most, math.ceil(MIN_BATCH_S / seconds_per_op)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver side
+
+def measure(path: CommPath, sizes: Sequence[int], ranks: int, repeats: int,
+            work_dir: Path) -> dict[str, Any]:
+    """``path`` timed at each of ``sizes`` (bytes) in a launch of its own: per size the
+    seconds per all-reduce (median and spread of ``repeats`` batches) and the bandwidths."""
+    out = work_dir / f"{path.kind}-{path.launcher}-{path.pieces}-{path.fusion}.json"
+    options = {"kind": path.kind, "launcher": path.launcher, "pieces": path.pieces,
+               "sizes": list(sizes), "repeats": repeats, "out": str(out)}
+    command = launch.launch_command(path.launcher, ranks, launch.rank_argv(MODULE, options))
+    output = jobs.run_job(command, env=path.env(), what=f"all-reduce over {path.label}")
+    raw = jobs.read_json_output(out, f"all-reduce over {path.label}", output)
+    return {**asdict(path), "rows": [_row(r, ranks) for r in raw["rows"]]}
+
+
+def _row(raw: dict, ranks: int) -> dict:
+    t = stats.summarize(raw["seconds"])
+    algbw, busbw = bandwidths(raw["bytes"], t["median"], ranks)
+    return {"bytes": raw["bytes"], "seconds": t, "algbw_GBps": algbw / 1e9,
+            "busbw_GBps": busbw / 1e9}
 
 
 # ---------------------------------------------------------------------------------------------

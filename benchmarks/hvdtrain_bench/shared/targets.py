@@ -24,6 +24,9 @@ BANDWIDTH_WINDOW = (1 * MIB, 16 * MIB)
 BANDWIDTH = 0.9
 FLOOR_BYTES = 4 * KIB
 FLOOR = 3.0
+# bench phases (issue 40): the step's gradient all-reduce, after backprop, within 1.3x raw
+# MPI_Allreduce of the same bytes.
+STEP_ALLREDUCE_OVER_RAW = 1.3
 # bench input: the pipeline delivers at least twice what the training step consumes.
 INPUT_OVER_STEP = 2.0
 # bench project: the projection reproduces the published figure within 5 points.

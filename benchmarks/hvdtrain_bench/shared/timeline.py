@@ -17,6 +17,7 @@ backprop still ran on every rank. One all-reduce after backprop (one bucket) has
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
@@ -30,6 +31,9 @@ PHASES = {"NEGOTIATE_ALLREDUCE": "negotiation (wait for the slower rank)",
           "MEMCPY_OUT_FUSION_BUFFER": "copy out of the fusion buffer",
           "ALLREDUCE": "all-reduce (copies, collective and the rest)"}
 Interval = tuple[float, float]
+# Bytes per element of the dtypes Horovod names where a tensor's all-reduce ends.
+DTYPE_BYTES = {"uint8": 1, "int8": 1, "bool": 1, "uint16": 2, "int16": 2, "float16": 2,
+               "bfloat16": 2, "int32": 4, "float32": 4, "int64": 8, "float64": 8}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -55,6 +59,21 @@ def tensor_phases(events: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, li
     return phases
 
 
+def tensor_bytes(events: Iterable[Mapping[str, Any]]) -> dict[int, int]:
+    """Per tensor, its size in bytes: Horovod writes the reduced tensor's dtype and shape
+    (``"[2257984]"``) on the event that ends its all-reduce."""
+    sizes = {}
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("ph") == "E" and "shape" in args:
+            if args.get("dtype") not in DTYPE_BYTES:
+                raise jobs.BenchError(f"a timeline tensor of dtype {args.get('dtype')!r}: "
+                                      f"its size is not known")
+            dims = [int(d) for d in args["shape"].strip("[]").split(",") if d.strip()]
+            sizes[e["pid"]] = math.prod(dims) * DTYPE_BYTES[args["dtype"]]
+    return sizes
+
+
 def covered(intervals: Iterable[Interval]) -> float:
     """The length of the union of ``intervals``."""
     total, end = 0.0, float("-inf")
@@ -77,12 +96,13 @@ def overlap_share(allreduces: list[Interval], requests: list[float]) -> float:
     return covered(clipped(allreduces, max(requests))) / total if total else 0.0
 
 
-def step_phases(phases: Mapping[int, Mapping[str, list[Interval]]], skip: int
-                ) -> dict[str, Any]:
+def step_phases(phases: Mapping[int, Mapping[str, list[Interval]]], skip: int,
+                sizes: Mapping[int, int] | None = None) -> dict[str, Any]:
     """The gradients' phases per step, in milliseconds, and the share of the all-reduce that
     ran during backprop (``overlap_share``; where the timeline has the negotiations): medians
-    over the steps after the first ``skip``. The gradients are the tensors all-reduced the
-    most times, once a step each."""
+    over the steps after the first ``skip``; with ``sizes`` (tensor_bytes), the bytes the
+    gradients hold. The gradients are the tensors all-reduced the most times, once a step
+    each."""
     counts = {pid: len(p.get("ALLREDUCE", [])) for pid, p in phases.items()}
     steps = max(counts.values(), default=0)
     gradients = [pid for pid, n in counts.items() if n == steps]
@@ -99,6 +119,8 @@ def step_phases(phases: Mapping[int, Mapping[str, list[Interval]]], skip: int
     found = {"gradients": len(gradients), "steps": steps - skip,
              "step_ms": statistics.median(b - a for a, b in zip(starts, starts[1:])) / 1e3,
              "phases_ms": {name: statistics.median(v) for name, v in per_phase.items()}}
+    if sizes is not None and all(pid in sizes for pid in gradients):
+        found["gradient_bytes"] = sum(sizes[pid] for pid in gradients)
     if "NEGOTIATE_ALLREDUCE" in per_phase:
         found["during_backprop"] = statistics.median(
             overlap_share([phases[pid]["ALLREDUCE"][k] for pid in gradients],
