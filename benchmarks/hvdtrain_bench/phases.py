@@ -8,6 +8,9 @@ reduction in buckets (``--bucket-mb``, horovod.bucket_mb): the share of the all-
 during backprop, and each step against this stack's own (one flat tensor after backprop) of
 the same round (Keras 2's Horovod optimizer reduces gradient by gradient: its share is
 Horovod's).
+With ``--other-horovod DIR`` this stack runs once more with the Horovod package in DIR first on
+its ranks' PYTHONPATH (another build of Horovod, one without hvdtrain's patches say), in the same
+rounds.
 Each round times raw ``MPI_Allreduce`` of the gradients' bytes (as the timeline gives them) in a
 launch of its own right after this stack's job, and each all-reduce that ran after backprop is
 held against it (target: shared/targets.py).
@@ -23,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from hvdtrain.errors import UserError
 from hvdtrain_bench import registry
 from hvdtrain_bench.shared import (arguments, collectives, host, interleave, jobs, plans, plots,
                                    report, stats, steps, trainer_job)
@@ -47,6 +51,7 @@ SAME_BYTES = 0.01
 
 
 GROUPED = "this, grouped"   # horovod.flatten off
+OTHER_HOROVOD = "this, other Horovod build"   # --other-horovod
 
 
 def bucket_variant(bucket_mb: float) -> str:
@@ -57,18 +62,20 @@ def bucket_variant(bucket_mb: float) -> str:
 # ---------------------------------------------------------------------------------------------
 # The driver
 
-def measure(workload: Workload, plan: plans.Plan, work_dir: Path,
-            python: str, settings: Sequence[str] = (), raw_mpi: bool = False) -> dict[str, Any]:
+def measure(workload: Workload, plan: plans.Plan, work_dir: Path, python: str,
+            settings: Sequence[str] = (), env: Mapping[str, str] | None = None,
+            raw_mpi: bool = False) -> dict[str, Any]:
     """bench scaling's 2-rank job with a timeline, on the stack of ``python`` with the config
-    ``settings`` added: its samples/s, stack, the gradients' phases per step and their bytes;
-    with ``raw_mpi``, then raw MPI_Allreduce's milliseconds for those bytes."""
+    ``settings`` added and ``env`` in its environment: its samples/s, stack, the gradients'
+    phases per step and their bytes; with ``raw_mpi``, then raw MPI_Allreduce's milliseconds
+    for those bytes."""
     job = plans.job_options(workload, RANKS, plan, work_dir)
     job["assignments"] += list(settings)
     timeline = Path(job["out"]).with_suffix(".timeline.json")
     what = f"bench phases: {workload.name} on {RANKS} ranks"
     # Horovod: the coordinator writes the timeline that this variable names, read at init.
     raw = trainer_job.run(job, RANKS, python, what=what,
-                          env={"HOROVOD_TIMELINE": str(timeline)})
+                          env={**(env or {}), "HOROVOD_TIMELINE": str(timeline)})
     if not timeline.exists():
         raise jobs.BenchError(f"{what} wrote no timeline to {timeline}")
     steps_per_epoch = plan.steps_per_repeat + 1
@@ -137,21 +144,27 @@ def of_raw_mpi(rounds: Sequence[Mapping[str, dict]]) -> dict[str, Any]:
 
 def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
         python: str = sys.executable, other_python: str | None = None,
-        bucket_mb: float = BUCKET_MB) -> dict[str, Any]:
+        bucket_mb: float = BUCKET_MB, other_horovod: Path | None = None) -> dict[str, Any]:
     """``rounds`` interleaved rounds per model on the stack of ``python``, in one bucket and
-    in buckets of ``bucket_mb`` (0: not), and on the stack of ``other_python``, written to
-    phases.json/.md/.png."""
+    in buckets of ``bucket_mb`` (0: not), with the Horovod in ``other_horovod`` (None: not),
+    and on the stack of ``other_python``, written to phases.json/.md/.png."""
     machine = host.machine(python)   # before the work: its load is the machine's own
     plan = dataclasses.replace(plans.QUICK if quick else plans.FULL, world_sizes=(RANKS,))
-    # Each run by its name in the results: its interpreter and the config settings it adds.
-    runs: dict[str, tuple[str, tuple[str, ...]]] = {
-        which: (stack, ()) for which, stack in interleave.stack_pythons(python,
-                                                                        other_python).items()}
+    # Each run by its name in the results: its interpreter, the config settings it adds and
+    # the environment its ranks get.
+    Run = tuple[str, tuple[str, ...], dict[str, str]]
+    runs: dict[str, Run] = {
+        which: (stack, (), {}) for which, stack in interleave.stack_pythons(
+            python, other_python).items()}
     # This stack once more through Horovod's grouped all-reduce (the gradients copied through
-    # its fusion buffer), against which its flat tensor is measured, and in buckets.
-    variants = {GROUPED: (python, ("horovod.flatten=false",))}
+    # its fusion buffer), against which its flat tensor is measured, in buckets, and with
+    # another Horovod build.
+    variants: dict[str, Run] = {GROUPED: (python, ("horovod.flatten=false",), {})}
     if bucket_mb > 0:
-        variants[bucket_variant(bucket_mb)] = (python, (f"horovod.bucket_mb={bucket_mb:g}",))
+        variants[bucket_variant(bucket_mb)] = (python, (f"horovod.bucket_mb={bucket_mb:g}",),
+                                               {})
+    if other_horovod is not None:
+        variants[OTHER_HOROVOD] = (python, (), {"PYTHONPATH": str(other_horovod.resolve())})
     runs = {"this": runs["this"], **variants, **{k: v for k, v in runs.items() if k != "this"}}
     # The rounds hand measure() each run's name (its value here), which picks the run.
     results = interleave.rounds_per_model(
@@ -160,6 +173,7 @@ def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = 
                                               raw_mpi=which == "this"),
         summarize_model)
     result = {"benchmark": "phases", "machine": machine, "ranks": RANKS,
+              "other_horovod": str(other_horovod) if other_horovod else None,
               "stacks": {k: results[0]["rounds"][0][k]["stack"] for k in runs}
               if results else {},
               "plan": {"rounds": rounds, **dataclasses.asdict(plan)}, "results": results}
@@ -191,7 +205,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"bench scaling's {result['ranks']}-rank job (one core per rank) with a Horovod "
         f"timeline, {result['plan']['rounds']} interleaved rounds; "
-        + "; ".join(f"{k} = {line}" for k, line in stacks.items()) + ". "
+        + "; ".join(f"{k} = {line}" for k, line in stacks.items())
+        + (f"; {OTHER_HOROVOD}: its ranks import Horovod from {result['other_horovod']} "
+           f"(first on their PYTHONPATH)" if result.get("other_horovod") else "") + ". "
         f"{host.machine_line(result['machine'])}. Per step, from rank 0's timeline: the "
         f"step (from one step's all-reduce to the next), and the wall time each phase of the "
         f"gradients' all-reduce covers (medians over the timed steps, then over rounds); its "
@@ -262,6 +278,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket-mb", type=float, default=None,
                         help=f"this stack once more with horovod.bucket_mb=MB (default "
                              f"{BUCKET_MB:g}; --quick: {QUICK_BUCKET_MB:g}; 0: not)")
+    parser.add_argument("--other-horovod", type=Path, default=None, metavar="DIR",
+                        help="this stack once more with the horovod package in DIR (another "
+                             "build, say one without hvdtrain's patches) first on its ranks' "
+                             "PYTHONPATH")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -270,7 +290,11 @@ def main(args: argparse.Namespace) -> None:
         args = argparse.Namespace(**{**vars(args), "models": IN_ALL_MODELS})
     bucket_mb = args.bucket_mb if args.bucket_mb is not None else (
         QUICK_BUCKET_MB if args.quick else BUCKET_MB)
-    run(Path(args.out), **arguments.stack_choice(args), bucket_mb=bucket_mb)
+    other_horovod = getattr(args, "other_horovod", None)
+    if other_horovod is not None and not (other_horovod / "horovod" / "__init__.py").exists():
+        raise UserError(f"--other-horovod {other_horovod}: no horovod package in it")
+    run(Path(args.out), **arguments.stack_choice(args), bucket_mb=bucket_mb,
+        other_horovod=other_horovod)
 
 
 # ---------------------------------------------------------------------------------------------

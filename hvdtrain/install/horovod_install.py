@@ -31,6 +31,11 @@ TENSORFLOW_RANGE = ((2, 15), (2, 21))
 TENSORFLOW_PIN = "tensorflow-cpu>=2.15,<2.22"
 # From TensorFlow 2.19 on, Horovod 0.28.1's source needs this patch (the patch says why).
 XLA_PATCH, XLA_PATCH_FROM = "horovod-0.28.1-xla-headers-gpu-only.patch", (2, 19)
+# Every build takes this patch (the patch says why): one tensor all-reduced in place. The line
+# it adds to an installed Python file shows that an install was built with it.
+IN_PLACE_PATCH = "horovod-0.28.1-allreduce-in-place.patch"
+IN_PLACE_MARKER = ("horovod/tensorflow/mpi_ops.py",
+                   "hvdtrain's patch: the allreduce op forwards its input's buffer")
 # horovodrun's build check without importing TensorFlow: seconds off every launch.
 LAUNCHER_PATCH = "horovod-0.28.1-fast-build-check.patch"
 # horovodrun's patches in the order they apply, each with a line only it adds, which shows it
@@ -176,6 +181,14 @@ def _horovod_site() -> Path:
     return Path(list(spec.submodule_search_locations)[0]).parent
 
 
+def built_in_place(site: Path | None = None) -> bool:
+    """Whether the Horovod installed in ``site`` (this interpreter's, by default) was built with
+    IN_PLACE_PATCH: the line the patch adds is in its installed file."""
+    path, marker = IN_PLACE_MARKER
+    installed = (site or _horovod_site()) / path
+    return installed.exists() and marker in installed.read_text()
+
+
 def patch_launcher() -> bool:
     """horovodrun's fast and quiet build check (LAUNCHER_PATCHES), each patch once per
     install; True when one was applied now."""
@@ -222,6 +235,8 @@ def build(tensorflow: str, say: Callable[[str], None]) -> None:
         if minor(tensorflow) >= XLA_PATCH_FROM:
             say(f"patching Horovod's source for TensorFlow {tensorflow}: {XLA_PATCH}")
             _patch(XLA_PATCH, source)
+        say(f"patching Horovod's source: {IN_PLACE_PATCH}")
+        _patch(IN_PLACE_PATCH, source)
         say(f"building horovod {HOROVOD_VERSION} with TensorFlow {tensorflow}, MPI and Gloo "
             f"(a few minutes)")
         env = {**os.environ, **BUILD_ENV, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"}
@@ -246,6 +261,10 @@ def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
         say(f"horovod {installed} is built for TensorFlow {tensorflow} with MPI and Gloo and "
             f"its ops load: nothing to build"
             f"{' (horovodrun patched)' if applied else ''}")
+        if not built_in_place():
+            # A working Horovod is not rebuilt unasked: it may be a site's own (a GPU build).
+            say(f"  it was built without hvdtrain's {IN_PLACE_PATCH} (a gradient tensor "
+                f"all-reduced into a new buffer, not in place): {REBUILD} takes it")
         return 0
     say(f"horovod needs a build: {problem}")
     if dry_run:

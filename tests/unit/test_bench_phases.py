@@ -2,10 +2,12 @@
 phases, fused gradients once."""
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
+from hvdtrain.errors import UserError
 from hvdtrain_bench.shared import jobs, timeline
 
 
@@ -162,3 +164,45 @@ def test_bench_phases_holds_each_all_reduce_after_backprop_against_raw_mpi_of_it
                                         [0.1] * 3)
     assert unmeasured["of_raw_mpi"] == {} and "MPI_Allreduce of the same" not in report(
         unmeasured)
+
+
+def test_bench_phases_runs_this_stack_once_more_with_another_horovod_build(monkeypatch,
+                                                                          tmp_path):
+    from hvdtrain_bench import phases
+    from hvdtrain_bench.shared import host, plots, report
+
+    def job(workload, plan, work_dir, python, settings=(), env=None, raw_mpi=False) -> dict:
+        ran.append((settings, env, raw_mpi))
+        return {"stack": "s", "step_ms": 100.0, "gradients": 1, "during_backprop": 0.0,
+                "phases_ms": {"ALLREDUCE": 3.0}}
+    ran: list = []
+    monkeypatch.setattr(phases, "measure", job)
+    monkeypatch.setattr(host, "machine", lambda python=None: {
+        "cpu": "c", "cores": 2, "os": "o", "python": "3", "date_utc": "d"})
+    monkeypatch.setattr(report, "write_outputs", lambda *a: None)
+    monkeypatch.setattr(plots, "plot_bars", lambda *a, **k: None)
+    build = tmp_path / "unpatched"
+    result = phases.run(tmp_path, models=["mlp"], rounds=1, quick=True, bucket_mb=0,
+                        other_horovod=build)
+    # This stack, grouped, and with the other build: only that run's ranks get its folder
+    # first on their PYTHONPATH, and only this stack's job times raw MPI_Allreduce after it.
+    assert set(result["stacks"]) == {"this", phases.GROUPED, phases.OTHER_HOROVOD}
+    assert sorted(ran, key=str) == sorted([((), {}, True),
+                                           (("horovod.flatten=false",), {}, False),
+                                           ((), {"PYTHONPATH": str(build.resolve())}, False)],
+                                          key=str)
+    assert result["other_horovod"] == str(build)
+    # Control: without it, no such run.
+    ran.clear()
+    assert phases.OTHER_HOROVOD not in phases.run(tmp_path, models=["mlp"], rounds=1,
+                                                  quick=True, bucket_mb=0)["stacks"]
+    assert len(ran) == 2
+
+
+def test_bench_phases_refuses_another_horovod_folder_without_horovod(tmp_path):
+    from hvdtrain_bench import phases
+
+    args = argparse.Namespace(other_horovod=tmp_path, bucket_mb=None, quick=True, models=None,
+                              rounds=None, venv=None, other_venv=None, out=str(tmp_path))
+    with pytest.raises(UserError, match="no horovod package in it"):
+        phases.main(args)

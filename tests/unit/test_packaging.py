@@ -33,7 +33,8 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
     for shipped in ("run_scripts/local.sh", "run_scripts/slurm.sbatch",
                     "patches/horovod-0.28.1-xla-headers-gpu-only.patch",
                     "patches/horovod-0.28.1-fast-build-check.patch",
-                    "patches/horovod-0.28.1-quiet-build-check.patch", "docs/cluster.md"):
+                    "patches/horovod-0.28.1-quiet-build-check.patch",
+                    "patches/horovod-0.28.1-allreduce-in-place.patch", "docs/cluster.md"):
         assert f"hvdtrain/shipped/{shipped}" in names, sorted(names)
     # The benchmarks: a top-level package of their own beside hvdtrain, without their results.
     assert {"hvdtrain_bench/registry.py", "hvdtrain_bench/shared/cost_model.py"} <= names

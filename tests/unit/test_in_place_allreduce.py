@@ -1,0 +1,74 @@
+"""scripts/patches/horovod-0.28.1-allreduce-in-place.patch, which every Horovod build takes:
+Horovod's allreduce op reduces a tensor that nothing else holds in its own buffer, and an
+install built with the patch is told from one built without it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hvdtrain.install import horovod_install, shipped
+
+# One all-reduce of a fresh 256 MB tensor inside a tf.function, in a process of its own; it
+# prints how far the process's peak resident memory rose, in tensors of that size. Where the
+# function also returns the tensor ("held"), the op may not take its buffer.
+ONE_ALLREDUCE = """
+import resource, sys
+import tensorflow as tf
+import horovod.tensorflow as hvd
+
+hvd.init()
+held = sys.argv[1] == "held"
+n = 64 << 20
+
+
+@tf.function
+def reduce(v):
+    x = v * 2.0                                     # a new buffer, for the all-reduce alone
+    y = hvd.allreduce(x, op=hvd.Sum, name="in_place")
+    return (y, x) if held else (y,)
+
+
+v = tf.ones([n])
+reduce(tf.ones([8]))                                # traced on a small input
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = reduce(v)
+grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+assert float(out[0][0]) == 2.0 * hvd.size(), float(out[0][0])
+assert not held or float(out[1][0]) == 2.0, "the held input was overwritten"
+print(grew * 1024 / (4 * n))
+"""
+
+
+def test_the_allreduce_op_reduces_a_tensor_nothing_else_holds_in_its_own_buffer():
+    runs = {how: subprocess.Popen([sys.executable, "-c", ONE_ALLREDUCE, how], text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL)
+            for how in ("alone", "held")}
+    grew = {}
+    for how, run in runs.items():
+        out, err = run.communicate(timeout=180)
+        assert run.returncode == 0, err[-2000:]
+        grew[how] = float(out.split()[-1])
+    # The input's buffer and no other: the peak rises by one tensor, not by two.
+    assert grew["alone"] < 1.5, grew
+    # Control: the same op on an input the function returns too allocates its own output
+    # (two tensors), and leaves the input as it was (asserted in the process).
+    assert grew["held"] > 1.5, grew
+
+
+def test_an_install_built_with_the_in_place_patch_is_told_from_one_without(tmp_path):
+    path, marker = horovod_install.IN_PLACE_MARKER
+    patch = (shipped.folder("patches") / horovod_install.IN_PLACE_PATCH).read_text()
+    # The marker is a line the patch adds, to the file the check reads.
+    added = patch.split(f"+++ b/{path}\n", 1)[1].split("\n--- a/", 1)[0]
+    assert any(line.startswith("+") and marker in line for line in added.splitlines())
+    assert horovod_install.built_in_place()         # this virtualenv's Horovod
+    installed = tmp_path / path
+    installed.parent.mkdir(parents=True)
+    installed.write_text(f"# {marker} to its output\n")
+    assert horovod_install.built_in_place(tmp_path)
+    # Controls: the file as Horovod ships it, and no file at all.
+    installed.write_text("def _allreduce(tensor, name=None, op=Sum):\n")
+    assert not horovod_install.built_in_place(tmp_path)
+    installed.unlink()
+    assert not horovod_install.built_in_place(tmp_path)
