@@ -28,9 +28,8 @@ from typing import Any, Mapping, Sequence
 
 from hvdtrain.errors import UserError
 from hvdtrain_bench import registry
-from hvdtrain_bench.shared import (arguments, collectives, host, interleave, jobs, plans, plots,
+from hvdtrain_bench.shared import (against_raw, arguments, host, interleave, jobs, plans, plots,
                                    report, stats, steps, trainer_job)
-from hvdtrain_bench.shared.targets import STEP_ALLREDUCE_OVER_RAW
 from hvdtrain_bench.shared.timeline import (PHASES, read_timeline, step_phases, tensor_bytes,
                                             tensor_phases)
 from hvdtrain_bench.shared.workloads import WORKLOADS, Workload
@@ -44,10 +43,6 @@ QUICK_BUCKET_MB = 0.0001
 # bench all measures the model whose all-reduce is a part of the step worth breaking down
 # (the small ResNet's gradients fit in one small bucket) and keeps make bench in its budget.
 IN_ALL_MODELS = "mobilenetv2"
-RAW_REPEATS = 5   # timed batches of raw MPI_Allreduce a round
-# The phases held against raw MPI_Allreduce of the same bytes.
-AGAINST_RAW = ("MPI_ALLREDUCE", "ALLREDUCE")
-SAME_BYTES = 0.01
 
 
 GROUPED = "this, grouped"   # horovod.flatten off
@@ -83,9 +78,7 @@ def measure(workload: Workload, plan: plans.Plan, work_dir: Path, python: str,
     found = step_phases(tensor_phases(events), skip=plan.warmup_epochs * steps_per_epoch,
                         sizes=tensor_bytes(events))
     if raw_mpi and "gradient_bytes" in found:
-        timed = collectives.measure(collectives.RAW_MPI, [found["gradient_bytes"]], RANKS,
-                                    RAW_REPEATS, work_dir)
-        found["raw_mpi_ms"] = timed["rows"][0]["seconds"]["median"] * 1e3
+        found["raw_mpi_ms"] = against_raw.raw_mpi_ms(found["gradient_bytes"], RANKS, work_dir)
     rates = steps.repeat_rates(raw["ranks"])
     return {"stack": raw["stack"], "controller": raw["controller"],
             "params": raw["ranks"][0]["params"],
@@ -113,33 +106,9 @@ def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
                for which in rounds[0] if "during_backprop" in rounds[0][which]}
     return {"model": name, "rounds": list(rounds), "load_average_before_each_round": list(loads),
             "medians": medians, "share_of_step": shares, "overlap": overlap,
-            "of_raw_mpi": of_raw_mpi(rounds)}
+            "of_raw_mpi": against_raw.of_raw_mpi(rounds)}
 
 
-def same_bytes(nbytes: int | None, reference: int) -> bool:
-    """Whether a run all-reduced the bytes of the reference (this stack's flat tensor, whose
-    gradients are padded to aligned starts: SAME_BYTES of them at most)."""
-    return nbytes is not None and abs(nbytes - reference) <= SAME_BYTES * reference
-
-
-def of_raw_mpi(rounds: Sequence[Mapping[str, dict]]) -> dict[str, Any]:
-    """Per run whose all-reduce ran after backprop in every round (during none of it), on the
-    same bytes, each of AGAINST_RAW's phases over the round's raw MPI_Allreduce of those bytes
-    (measured after this stack's job), per round: median and spread. Empty where a round has
-    no raw figure."""
-    if not all("raw_mpi_ms" in r["this"] for r in rounds):
-        return {}
-    out: dict[str, Any] = {}
-    for which in rounds[0]:
-        runs = [r[which] for r in rounds]
-        if not all(j.get("during_backprop") == 0.0 and
-                   same_bytes(j.get("gradient_bytes"), r["this"]["gradient_bytes"])
-                   for j, r in zip(runs, rounds)):
-            continue
-        out[which] = {n: stats.ratio_summary([j["phases_ms"][n] / r["this"]["raw_mpi_ms"]
-                                              for j, r in zip(runs, rounds)], SPREAD_LIMIT)
-                      for n in AGAINST_RAW if all(n in j["phases_ms"] for j in runs)}
-    return out
 
 
 def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
@@ -241,36 +210,7 @@ def markdown(result: dict[str, Any]) -> str:
                   "(spread).", "",
               report.markdown_table(["model", "stack", "all-reduce during backprop",
                                      "step / this stack's step"], overlap)]
-    return "\n".join(lines + raw_mpi_lines(result))
-
-
-def raw_mpi_lines(result: dict[str, Any]) -> list[str]:
-    """The table of the all-reduces after backprop against raw MPI_Allreduce, and the
-    target's verdict on this stack's; nothing where no round timed raw MPI."""
-    rows, verdicts = [], []
-    for r in result["results"]:
-        against = r.get("of_raw_mpi") or {}
-        raw_ms = statistics.median(rd["this"]["raw_mpi_ms"] for rd in r["rounds"]) \
-            if against else 0.0
-        for which, ratios in against.items():
-            rows.append([r["model"], which, f"{r['rounds'][0][which]['gradient_bytes']:,}",
-                         f"{raw_ms:.2f}"] + [stats.ratio_cell(ratios[n]) if n in ratios
-                                             else "" for n in AGAINST_RAW])
-        if "ALLREDUCE" in against.get("this", {}):
-            ratio = against["this"]["ALLREDUCE"]
-            verdicts.append(f"- {r['model']}, this stack's all-reduce over raw MPI_Allreduce: "
-                            f"{stats.ratio_cell(ratio, STEP_ALLREDUCE_OVER_RAW, at_least=False)}")
-    if not rows:
-        return []
-    return ["", "The all-reduces that ran after backprop against raw `MPI_Allreduce` of the "
-                "same bytes (mpi4py, preallocated buffers, one core per rank, in a launch of "
-                "its own right after this stack's job of each round): raw MPI's time (median "
-                "over rounds), and per round the phase over it, median ratio (spread).", "",
-            report.markdown_table(["model", "stack", "gradient bytes", "raw MPI_Allreduce, ms",
-                                   f"{PHASES['MPI_ALLREDUCE']} / raw",
-                                   "all-reduce / raw"], rows), "",
-            f"Target: this stack's all-reduce within {STEP_ALLREDUCE_OVER_RAW:g}x raw "
-            f"MPI_Allreduce of the same bytes.", *verdicts]
+    return "\n".join(lines + against_raw.table_lines(result))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
