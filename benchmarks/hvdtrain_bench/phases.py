@@ -109,8 +109,6 @@ def summarize_model(name: str, rounds: Sequence[Mapping[str, dict]],
             "of_raw_mpi": against_raw.of_raw_mpi(rounds)}
 
 
-
-
 def run(out_dir: Path, *, models: Sequence[str], rounds: int = 3, quick: bool = False,
         python: str = sys.executable, other_python: str | None = None,
         bucket_mb: float = BUCKET_MB, other_horovod: Path | None = None) -> dict[str, Any]:
