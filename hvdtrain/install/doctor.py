@@ -132,7 +132,10 @@ def probe_checks(facts: dict | None = None) -> list[Check]:
     checks = [check_keras(found["keras"]), check_gpus(found["gpus"])]
     installed = horovod_install.distribution_version("horovod")
     if status == 0:
-        checks.append(Check("horovod", True, f"{installed}, its TensorFlow ops load"))
+        unpatched = ("" if horovod_install.built_in_place() else
+                     f"; built without hvdtrain's in-place all-reduce patch: "
+                     f"{horovod_install.REBUILD} takes it")
+        checks.append(Check("horovod", True, f"{installed}, its TensorFlow ops load{unpatched}"))
     else:
         problem = (horovod_install.describe_load_failure(status, output) if status is not None
                    else f"import horovod.tensorflow hung: {horovod_install.REBUILD}")

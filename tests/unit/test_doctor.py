@@ -58,6 +58,9 @@ def test_doctor_passes_the_healthy_venv_with_a_checked_all_reduce_under_both_lau
         assert re.search(rf"^  ok +2 ranks {launcher} +every rank all-reduced 1 \+ 2 = 3 ",
                          job.output, re.M), job.output
     assert "ready: a 2-rank job works here" in job.output
+    # This venv's Horovod was built with the in-place patch (test_in_place_allreduce.py tells
+    # one without it): nothing to say about it.
+    assert "in-place all-reduce patch" not in job.output, job.output
     # --report: every field, in order, and what this venv and environment hold.
     fields = report_fields(job.output)
     assert missing_fields(job.output) == [] and list(fields) == list(doctor_report.FIELDS)
