@@ -3,9 +3,10 @@ Horovod's allreduce op reduces a tensor that nothing else holds in its own buffe
 install built with the patch is told from one built without it."""
 from __future__ import annotations
 
-import subprocess
+import re
 import sys
 
+from helpers import run_job, side_by_side
 from hvdtrain.install import horovod_install, shipped
 
 # One all-reduce of a fresh 256 MB tensor inside a tf.function, in a process of its own; it
@@ -35,20 +36,19 @@ out = reduce(v)
 grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
 assert float(out[0][0]) == 2.0 * hvd.size(), float(out[0][0])
 assert not held or float(out[1][0]) == 2.0, "the held input was overwritten"
-print(grew * 1024 / (4 * n))
+print(f"peak grew by {grew * 1024 / (4 * n)} tensors")
 """
 
 
 def test_the_allreduce_op_reduces_a_tensor_nothing_else_holds_in_its_own_buffer():
-    runs = {how: subprocess.Popen([sys.executable, "-c", ONE_ALLREDUCE, how], text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  stdin=subprocess.DEVNULL)
-            for how in ("alone", "held")}
+    hows = ("alone", "held")
+    jobs = side_by_side(*(lambda how=how: run_job([sys.executable, "-c", ONE_ALLREDUCE, how],
+                                                  timeout=180) for how in hows))
     grew = {}
-    for how, run in runs.items():
-        out, err = run.communicate(timeout=180)
-        assert run.returncode == 0, err[-2000:]
-        grew[how] = float(out.split()[-1])
+    for how, job in zip(hows, jobs):
+        found = re.search(r"peak grew by (\S+) tensors", job.output)
+        assert job.returncode == 0 and found, job.output[-2000:]
+        grew[how] = float(found[1])
     # The input's buffer and no other: the peak rises by one tensor, not by two.
     assert grew["alone"] < 1.5, grew
     # Control: the same op on an input the function returns too allocates its own output
