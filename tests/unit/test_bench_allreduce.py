@@ -1,6 +1,8 @@
 """bench allreduce's arithmetic: nccl-tests' bandwidths, the calls per timed batch, the targets."""
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 
 from hvdtrain_bench import allreduce
@@ -22,24 +24,47 @@ def test_a_slow_allreduce_is_timed_over_fewer_calls():
     assert collectives.batch_ops(2.0, 200) == 3
 
 
+def _row(nbytes: int, seconds: float, ratio: float | None = None) -> dict:
+    return {"bytes": nbytes, "seconds": {"median": seconds},
+            **({} if ratio is None else {"of_raw_mpi": ratio})}
+
+
 def test_the_allreduce_targets_count_1_to_16_mib_and_the_4_kib_floor():
     mib, kib = targets.MIB, targets.KIB
-    row = lambda nbytes, seconds, ratio=None: {"bytes": nbytes, "seconds": {"median": seconds},
-                                              **({} if ratio is None else {"of_raw_mpi": ratio})}
     raw = {"label": collectives.RAW_MPI.label, "kind": "mpi4py",
-           "rows": [row(4 * kib, 3e-6), row(mib, 1e-3), row(16 * mib, 1e-2), row(64 * mib, 5e-2)]}
+           "rows": [_row(4 * kib, 3e-6), _row(mib, 1e-3), _row(16 * mib, 1e-2),
+                    _row(64 * mib, 5e-2)]}
     hvd = {"label": collectives.HOROVOD_MPI.label, "kind": "horovod",
-           "rows": [row(4 * kib, 9e-6, 0.3), row(mib, 1e-3, 0.95), row(16 * mib, 1e-2, 0.91),
-                    row(64 * mib, 9e-2, 0.5)]}
-    t = allreduce._target([raw, hvd])
+           "rows": [_row(4 * kib, 9e-6, 0.3), _row(mib, 1e-3, 0.95), _row(16 * mib, 1e-2, 0.91),
+                    _row(64 * mib, 9e-2, 0.5)]}
+    t = allreduce._target([raw, hvd])["paths"][0]
     # 64 MiB is outside the window: its 0.5 does not count; the 4 KiB floor is 3x exactly.
-    assert t["horovod_mpi_of_raw_mpi_min_in_window"] == pytest.approx(0.91)
+    assert t["of_raw_mpi_min_in_window"] == pytest.approx(0.91)
     assert t["bandwidth_met"] and t["floor_met"]
     assert t["floor_time_over_raw_mpi"] == pytest.approx(3.0)
     # Control: a slower floor and a 16 MiB dip miss both.
     hvd["rows"][0]["seconds"]["median"] = 1e-5
     hvd["rows"][2]["of_raw_mpi"] = 0.89
-    t = allreduce._target([raw, hvd])
+    target = allreduce._target([raw, hvd])
+    t = target["paths"][0]
     assert not t["bandwidth_met"] and not t["floor_met"] and t["worst_bytes"] == 16 * mib
-    assert "misses >= 0.9" in allreduce.target_lines(t)[0]
-    assert "misses <= 3" in allreduce.target_lines(t)[1]
+    assert "misses >= 0.9" in allreduce.target_lines(target)[0]
+    assert "misses <= 3" in allreduce.target_lines(target)[1]
+
+
+def test_the_chained_path_is_held_against_raw_mpi_in_place():
+    mib = targets.MIB
+    paths = [{**asdict(path), "rows": [_row(mib, 1e-3, None)]}
+             for path in (collectives.RAW_MPI, collectives.RAW_MPI_IN_PLACE,
+                          collectives.HOROVOD_MPI, collectives.HOROVOD_MPI_CHAINED)]
+    for path, busbw in zip(paths, (5.0, 8.0, 2.0, 4.0)):
+        path["rows"][0]["busbw_GBps"] = busbw
+    allreduce.add_ratios(paths)
+    ratio = {p["label"]: p["rows"][0]["of_raw_mpi"] for p in paths}
+    assert ratio[collectives.HOROVOD_MPI_CHAINED.label] == pytest.approx(4.0 / 8.0)
+    # Control: the one call per all-reduce, into a new buffer, against separate buffers.
+    assert ratio[collectives.HOROVOD_MPI.label] == pytest.approx(2.0 / 5.0)
+    target = allreduce._target(paths)
+    assert [(t["label"], t["raw"]) for t in target["paths"]] == [
+        (collectives.HOROVOD_MPI.label, collectives.RAW_MPI.label),
+        (collectives.HOROVOD_MPI_CHAINED.label, collectives.RAW_MPI_IN_PLACE.label)]

@@ -191,8 +191,7 @@ def assert_total_is_every_ranks_samples_over_the_slowest_time(row: dict) -> None
 
 def check_allreduce(reduced: dict) -> None:
     paths = {p["label"]: p for p in reduced["paths"]}
-    assert set(paths) == {collectives.RAW_MPI.label, collectives.HOROVOD_MPI.label,
-                          collectives.HOROVOD_GLOO.label}
+    assert set(paths) == {p.label for p in collectives.QUICK_PATHS}
     memcpy = {r["bytes"]: r["GBps"] for r in reduced["memcpy"]}
     assert sorted(memcpy) == list(allreduce.QUICK_SIZES) and all(v > 0 for v in memcpy.values())
     for path in paths.values():

@@ -28,6 +28,10 @@ class CommPath:
     kind: str              # mpi4py | horovod
     pieces: int = 1        # the message split into this many tensors, submitted together
     fusion: bool = True
+    # mpi4py: MPI_IN_PLACE. Horovod: CHAIN all-reduces chained in one tf.function, each on the
+    # one before's output, which nothing else holds: the op reduces it in its own buffer, as a
+    # training step's flat gradients, and no Python call comes between two all-reduces.
+    in_place: bool = False
 
     def env(self) -> dict[str, str]:
         # Horovod: a fusion threshold of 0 bytes turns tensor fusion off.
@@ -35,15 +39,19 @@ class CommPath:
 
 
 RAW_MPI = CommPath("MPI_Allreduce (mpi4py)", "mpi", "mpi4py")
+RAW_MPI_IN_PLACE = CommPath("MPI_Allreduce in place (mpi4py)", "mpi", "mpi4py", in_place=True)
 HOROVOD_MPI = CommPath("Horovod/MPI", "mpi", "horovod")
+HOROVOD_MPI_CHAINED = CommPath("Horovod/MPI, chained in one graph, in place", "mpi", "horovod",
+                               in_place=True)
 HOROVOD_GLOO = CommPath("Horovod/Gloo", "gloo", "horovod")
-FULL_PATHS = (RAW_MPI, HOROVOD_MPI,
+CHAIN = 10       # all-reduces per call of the chained path
+FULL_PATHS = (RAW_MPI, RAW_MPI_IN_PLACE, HOROVOD_MPI, HOROVOD_MPI_CHAINED,
               CommPath("Horovod/MPI, 8 tensors, fusion on", "mpi", "horovod", 8),
               CommPath("Horovod/MPI, 8 tensors, fusion off", "mpi", "horovod", 8, False),
               HOROVOD_GLOO,
               CommPath("Horovod/Gloo, 8 tensors, fusion on", "gloo", "horovod", 8),
               CommPath("Horovod/Gloo, 8 tensors, fusion off", "gloo", "horovod", 8, False))
-QUICK_PATHS = (RAW_MPI, HOROVOD_MPI, HOROVOD_GLOO)
+QUICK_PATHS = (RAW_MPI, RAW_MPI_IN_PLACE, HOROVOD_MPI, HOROVOD_MPI_CHAINED, HOROVOD_GLOO)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,9 +89,11 @@ def measure(path: CommPath, sizes: Sequence[int], ranks: int, repeats: int,
             work_dir: Path) -> dict[str, Any]:
     """``path`` timed at each of ``sizes`` (bytes) in a launch of its own: per size the
     seconds per all-reduce (median and spread of ``repeats`` batches) and the bandwidths."""
-    out = work_dir / f"{path.kind}-{path.launcher}-{path.pieces}-{path.fusion}.json"
+    out = (work_dir / f"{path.kind}-{path.launcher}-{path.pieces}-{path.fusion}"
+                      f"-{path.in_place}.json")
     options = {"kind": path.kind, "launcher": path.launcher, "pieces": path.pieces,
-               "sizes": list(sizes), "repeats": repeats, "out": str(out)}
+               "in_place": path.in_place, "sizes": list(sizes), "repeats": repeats,
+               "out": str(out)}
     command = launch.launch_command(path.launcher, ranks, launch.rank_argv(MODULE, options))
     output = jobs.run_job(command, env=path.env(), what=f"all-reduce over {path.label}")
     raw = jobs.read_json_output(out, f"all-reduce over {path.label}", output)
@@ -128,11 +138,13 @@ def rank_mpi4py(options: dict[str, Any]) -> None:
     comm = MPI.COMM_WORLD
     rows = []
     for nbytes in options["sizes"]:
-        send = np.ones(nbytes // 4, np.float32)
-        recv = np.empty_like(send)   # allocated once per size, reused by every call
+        recv = np.zeros(nbytes // 4, np.float32)  # allocated once per size, reused by every call
+        send = MPI.IN_PLACE if options.get("in_place") else np.ones_like(recv)
         seconds = time_batches(lambda: comm.Allreduce(send, recv, op=MPI.SUM),
                                 ops_per_batch(nbytes), options["repeats"],
                                 lambda s: comm.allreduce(s, op=MPI.MAX), comm.Barrier)
+        recv[:] = 1
+        comm.Allreduce(send, recv, op=MPI.SUM)
         if not np.all(recv == comm.size):
             raise RuntimeError(f"MPI_Allreduce of {nbytes} bytes gave a wrong sum")
         rows.append({"bytes": nbytes, "seconds": seconds})
@@ -148,11 +160,16 @@ def rank_horovod(options: dict[str, Any]) -> None:
     from hvdtrain import distributed as dist
 
     world = dist.init(device="cpu")
-    pieces = options["pieces"]
+    pieces, chain = options["pieces"], CHAIN if options.get("in_place") else 1
     rows = []
     for nbytes in options["sizes"]:
         tensors = [tf.ones([nbytes // 4 // pieces], tf.float32) for _ in range(pieces)]
-        reduce = tf.function(lambda ts, n=nbytes: dist.allreduce_each(ts, name=f"bench{n}"))
+
+        def reduce_chain(ts: list, n: int = nbytes) -> list:
+            for link in range(chain):
+                ts = dist.allreduce_each(ts, name=f"bench{n}_{link}")
+            return ts
+        reduce = tf.function(reduce_chain)
         last: list = []
 
         def step() -> None:
@@ -161,9 +178,9 @@ def rank_horovod(options: dict[str, Any]) -> None:
             step, ops_per_batch(nbytes), options["repeats"],
             lambda s: max(dist.allgather_object(s)),
             lambda: dist.allreduce_sum(np.zeros(1)))
-        if not all(float(t[0]) == world.size for t in last):
+        if not all(float(t[0]) == world.size ** chain for t in last):
             raise RuntimeError(f"Horovod all-reduce of {nbytes} bytes gave a wrong sum")
-        rows.append({"bytes": nbytes, "seconds": seconds})
+        rows.append({"bytes": nbytes, "seconds": [s / chain for s in seconds]})
     if world.is_chief:
         Path(options["out"]).write_text(json.dumps({"ranks": world.size, "rows": rows,
                                                     "controller": world.controller}))
