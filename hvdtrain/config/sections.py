@@ -145,6 +145,9 @@ class TrainConfig:
                       default="fit")
     precision: Precision = _help("float32 | mixed_float16 (float16 compute, float32 weights, with "
                            "loss scaling)", default="float32")
+    consistency_check: bool = _help("compare the ranks' first batches, and their weights and "
+                                    "optimizer settings at every epoch's end, and stop all "
+                                    "ranks with one line where they differ", default=True)
 
     def __post_init__(self) -> None:
         _check_choices(self, "train")

@@ -27,16 +27,18 @@ from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_vari
                                           load_model, metric_average_callback,
                                           optimizer_variables, run_elastic, save_model,
                                           scale_loss, unscale_gradients)
+from hvdtrain.distributed.consistency import ConsistencyCheck, check_consistency
 from hvdtrain.distributed.collectives import (allgather_object, allreduce_each, allreduce_sum,
                                               broadcast_object, join)
 from hvdtrain.distributed.reducer import reduce_gradients
 from hvdtrain.distributed.sync_batch_norm import synchronize_batch_norm
 from hvdtrain.distributed.startup import (autograph_leaves_horovod_alone,
                                           horovod_settings_in_force, init, stack_description)
-from hvdtrain.distributed.world import World, refresh_world
+from hvdtrain.distributed.world import World, refresh_world, shard
 
 __all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Horovod
-    "World", "init", "horovod_settings_in_force", "refresh_world", "stack_description",
+    "World", "init", "horovod_settings_in_force", "refresh_world", "stack_description", "shard",
+    "ConsistencyCheck", "check_consistency",
     "autograph_leaves_horovod_alone",
     "check_same_config", "lost_a_rank", "agree_or_fail", "reduce_gradients", "join",
     "allreduce_sum", "allgather_object", "allreduce_each", "broadcast_object", "rank0_then_all",

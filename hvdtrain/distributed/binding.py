@@ -17,6 +17,7 @@ import tensorflow as tf
 from hvdtrain.config import HorovodConfig
 from hvdtrain.config.capabilities import Capabilities
 from hvdtrain.distributed.broadcast import BroadcastInitialState, stall_watchdog
+from hvdtrain.distributed.consistency import ConsistencyCheck
 from hvdtrain.distributed import batch_norm
 from hvdtrain.errors import UserError
 from hvdtrain.keras_version import keras_major, keras_version
@@ -125,6 +126,9 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     """``optimizer`` made distributed: its update averages the gradients over ranks (ring
     all-reduce) first. Wrap a fresh optimizer, before compile."""
     options = options or HorovodConfig()
+    if not isinstance(optimizer, tf.keras.optimizers.Optimizer):
+        raise UserError(f"distributed_optimizer() takes a Keras optimizer object, got "
+                        f"{optimizer!r}: pass e.g. tf.keras.optimizers.Adam(0.001)")
     table = capabilities()
     if options.backward_passes_per_step > 1 and table.accumulation_in_fit:
         raise UserError("backward_passes_per_step > 1 is not applied by distributed_optimizer() "
@@ -137,9 +141,12 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     return _keras_binding().distributed_optimizer(optimizer, options)
 
 
-def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
+def distributed_tape(tape: tf.GradientTape,
+                     options: HorovodConfig | None = None) -> tf.GradientTape:
     """``tape``, whose gradient() returns the gradients reduced over ranks (average or Adasum,
-    as ``options`` say). Apply them with a plain optimizer: a distributed one refuses them."""
+    as ``options`` say; by default averaged). Apply them with a plain optimizer: a distributed
+    one refuses them."""
+    options = options or HorovodConfig()
     _refuse_buckets(capabilities(), options)
     return _keras_binding().distributed_tape(tape, options)
 
@@ -151,14 +158,19 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) ->
     _keras_binding().broadcast_variables(list(variables), root_rank)
 
 
-def fit_callbacks(root_rank: int = 0) -> list[tf.keras.callbacks.Callback]:
-    """For a library user's own ``model.fit``: rank 0's initial state broadcast to every rank
-    before the first step (after checking that every rank runs as many steps), the epoch's
-    metrics averaged over ranks, the same normalization statistics on every rank, and under
-    Gloo a stall watchdog. Put them first."""
+def fit_callbacks(root_rank: int = 0, *,
+                  consistency_check: bool = True) -> list[tf.keras.callbacks.Callback]:
+    """For a library user's own ``model.fit``: the consistency check (``consistency.py``:
+    unsharded data, an optimizer not distributed and ranks that drift apart stop every rank
+    with one line), rank 0's initial state broadcast to every rank before the first step
+    (after checking that every rank runs as many steps), the epoch's metrics averaged over
+    ranks, the same normalization statistics on every rank, and under Gloo a stall watchdog.
+    Put them first."""
     binding = _keras_binding()
     watchdog = stall_watchdog()
-    return [BroadcastInitialState(binding, root_rank), binding.metric_average_callback(),
+    broadcast = BroadcastInitialState(binding, root_rank)
+    check = [ConsistencyCheck(broadcast=broadcast)] if consistency_check else []
+    return [*check, broadcast, binding.metric_average_callback(),
             batch_norm.statistics_average_callback(),  # the same statistics on every rank
             *([watchdog] if watchdog else [])]
 

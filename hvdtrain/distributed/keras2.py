@@ -44,6 +44,7 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
             setattr(distributed, name, value)
     if _variables(optimizer):
         distributed.hvdtrain_state_from = optimizer
+    distributed.hvdtrain_distributed = True  # the consistency check asks
     _reduce_exactly_once(distributed)
     return distributed
 

@@ -37,13 +37,15 @@ def assemble(config: Config, world: "World", *, run_dir: Path, checkpoint: tf.tr
              metric_average: tf.keras.callbacks.Callback | None,
              statistics_average: tf.keras.callbacks.Callback,
              agree: Callable[[str | None], None],
+             consistency: tf.keras.callbacks.Callback | None = None,
              extra: Sequence[tf.keras.callbacks.Callback] = ()) -> Hooks:
-    """Every rank, in this order: average the epoch's metrics over ranks (a collective; the
-    custom loop adds its sums across ranks itself and passes None), stop all together on a NaN
-    loss, the lr schedule, the normalization statistics averaged over ranks (a collective: the
-    eval, the checkpoint and, at the end of training, the export all see the same ones), the
-    exact eval (a collective), the throughput; then the numbers rank 0 reports; last, the
-    checkpoint (rank 0 writes, all agree it worked) and ``extra``.
+    """Every rank, in this order: the ``consistency`` check (a collective: first, so that it
+    sees each epoch before any callback changes the optimizer), average the epoch's metrics
+    over ranks (a collective; the custom loop adds its sums across ranks itself and passes
+    None), stop all together on a NaN loss, the lr schedule, the normalization statistics
+    averaged over ranks (a collective: the eval, the checkpoint and, at the end of training,
+    the export all see the same ones), the exact eval (a collective), the throughput; then the
+    numbers rank 0 reports; last, the checkpoint (rank 0 writes, all agree it worked) and ``extra``.
     Under Gloo, where Horovod's stall check is inert, a watchdog bounds the wait."""
     cfg = config
     # The schedule counts optimizer updates: one per backward_passes_per_step batches.
@@ -53,7 +55,8 @@ def assemble(config: Config, world: "World", *, run_dir: Path, checkpoint: tf.tr
                               total_steps=cfg.train.epochs * updates, decay=cfg.optim.decay)
     evaluation = ExactEvaluation(evaluate, cfg.train.eval_every, cfg.train.epochs)
     throughput = Throughput(samples_per_epoch * world.size)  # this rank's samples, N ranks
-    every_rank = [*([metric_average] if metric_average else []),
+    every_rank = [*([consistency] if consistency else []),
+                  *([metric_average] if metric_average else []),
                   StopOnNonFiniteLoss(run_dir), lr, statistics_average, evaluation, throughput]
     chief_only: list[tf.keras.callbacks.Callback] = []
     if world.is_chief:

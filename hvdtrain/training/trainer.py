@@ -162,7 +162,10 @@ class Trainer:
             metric_average=dist.metric_average_callback() if cfg.train.loop == "fit" else None,
             # Before the eval, each checkpoint and the export: the same statistics everywhere.
             statistics_average=dist.statistics_average_callback(),
-            agree=lambda problem: dist.agree_or_fail(problem, self.world), extra=extra)
+            agree=lambda problem: dist.agree_or_fail(problem, self.world),
+            # Ranks that drift apart, whatever the cause, stop every rank with one line.
+            consistency=(dist.ConsistencyCheck(optimizer=setup.optimizer)
+                         if cfg.train.consistency_check else None), extra=extra)
         final_logs = dict(setup.restored_metrics)
         if setup.start_epoch >= cfg.train.epochs:
             self.say(f"nothing to train: {setup.run_dir} is at epoch {setup.start_epoch} of "
