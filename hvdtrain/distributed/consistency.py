@@ -14,7 +14,8 @@ first thing that differs and its likely cause:
   is taken by every rank; another hyperparameter that differs stops the job);
 - at each epoch's end and at the end of training: every trainable variable and hyperparameter.
 
-Its cost is one pass over the weights and one small all-gather per epoch. Off:
+Its cost: a hash of each batch's inputs during the first epoch of a ``fit``, then one pass
+over the weights and one small all-gather per epoch. Off:
 ``dist.fit_callbacks(consistency_check=False)``, ``--set train.consistency_check=false``.
 """
 from __future__ import annotations
