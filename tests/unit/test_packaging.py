@@ -43,6 +43,9 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
                 if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert required == ["scikit-learn", "tensorboard"], required  # no TensorFlow, numpy, Horovod
     assert 'tensorflow-cpu<2.22,>=2.15; extra == "tensorflow-cpu"' in metadata
+    # Apache-2.0, its text and the NOTICE of the Horovod patches inside the wheel.
+    assert "License: Apache-2.0" in metadata
+    assert {"LICENSE", "NOTICE"} <= {n.rsplit("/", 1)[-1] for n in names if ".dist-info/" in n}
 
     # The installed code finds the wheel's copies, not the checkout's: the launch command runs
     # the shipped script (its usage names the command typed).
