@@ -11,6 +11,7 @@ import zipfile
 import pytest
 
 from helpers import ROOT, launcher_env, run_job
+from hvdtrain import __version__
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
@@ -56,6 +57,10 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
     usage = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "launch", "local", "--help"],
                            env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert usage.returncode == 0 and "usage: hvdtrain launch local N" in usage.stdout, usage
+    # The version alone: an installed wheel has no commit to name.
+    named = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "--version"], env=env,
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert named.stdout == f"hvdtrain {__version__}\n", named
     # `hvdtrain bench` finds the wheel's benchmarks (the checkout's are not on this path).
     bench = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "bench", "project", "--help"],
                            env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
