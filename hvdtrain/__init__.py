@@ -1,2 +1,2 @@
 """hvdtrain: data-parallel Keras training with Horovod ring all-reduce."""
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -7,6 +7,7 @@ sys.argv.
     mpirun -np 2 hvdtrain predict --run-dir RUN photos/     # a CSV of predicted classes
     hvdtrain data convert photos/ shards/ --image-shape 64,64,3   # one process
     hvdtrain --help                                         # every subcommand
+    hvdtrain --version                                      # version, and commit in a clone
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Sequence
 from hvdtrain.launch import rank_process, placement
 from hvdtrain.commands import bench, data, doctor, evaluate, launch, parsing, predict, setup, train
 from hvdtrain.errors import UserError
+from hvdtrain import version
 
 # Every subcommand, in the order 'hvdtrain --help' lists them; each module declares NAME,
 # HELP, add_arguments(parser) and run(args) (hvdtrain/commands/__init__.py).
@@ -29,9 +31,24 @@ SHARED_ERROR_GRACE_S = 3.0
 _train_config = train.config_from_args  # the config 'hvdtrain train ARGS' trains with
 
 
+class _Version(argparse.Action):
+    """--version: prints "hvdtrain 0.2.0 (commit 1d398bb)" and exits 0; git is asked only
+    then, not on every command line."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print hvdtrain's version (and "
+                         "its commit, run from a git checkout) and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"hvdtrain {version.describe()}", flush=True)
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = parsing.Parser(prog="hvdtrain", description="Data-parallel Keras training on N "
                             "ranks with Horovod ring all-reduce.")
+    parser.add_argument("--version", action=_Version)
     parsing.add_commands(parser, COMMANDS)
     return parser
 

@@ -18,10 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and Gloo controllers, Open MPI and mpirun, the GPUs TensorFlow sees, and a 2-rank "
         "all-reduce under horovodrun --gloo and under mpirun, its result checked.")
     parser.add_argument("--report", action="store_true",
-                        help="after the checks, print one block to paste into a bug report: "
-                             "versions, Horovod's build, Open MPI's components, every HOROVOD_* "
-                             "and OMPI_MCA_* setting, GPUs, the launcher's variables, the "
-                             "2-rank all-reduce's time")
+                        help="after the checks, print one block to paste into a bug report "
+                             "(Markdown): versions and hvdtrain's commit, the OS, CPUs and "
+                             "/dev/shm, Horovod's patches and build, Open MPI's components, every "
+                             "HOROVOD_*, OMPI_MCA_*, TF_* and NCCL_* setting, GPUs, the "
+                             "launcher's variables, the 2-rank all-reduce's time")
 
 
 def run(args: argparse.Namespace) -> int:

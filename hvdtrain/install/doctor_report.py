@@ -1,11 +1,14 @@
 """``hvdtrain doctor --report``: one block to paste into a bug report, in the manner of PyTorch's
-``python -m torch.utils.collect_env`` and DeepSpeed's ``ds_report``: the versions, Horovod's build,
-Open MPI's components, the settings in force, the GPUs, the launcher's environment and the 2-rank
-all-reduce's time, each on a line of its own named by FIELDS ("none" where there is nothing).
-Built from doctor's checks and probe; nothing here imports TensorFlow or Horovod.
+``python -m torch.utils.collect_env`` and DeepSpeed's ``ds_report``: the versions (hvdtrain's
+commit among them), the machine (OS, CPUs, /dev/shm), Horovod's patches and build, Open MPI's
+components, the settings in force, the GPUs, the launcher's environment and the 2-rank
+all-reduce's time, each on a line of its own named by FIELDS ("none" where there is nothing),
+fenced as Markdown code for an issue. Built from doctor's checks and probe; nothing here imports
+TensorFlow or Horovod.
 """
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -15,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from hvdtrain import version
+from hvdtrain.errors import UserError
 from hvdtrain.install import horovod_install
 from hvdtrain.launch import launchers
 
@@ -32,11 +37,15 @@ class Check:
 SMOKE_LAUNCHERS = tuple(sorted(launchers.MULTI_RANK, key=lambda name: name != "gloo"))
 BEGIN = "----- hvdtrain doctor --report: paste from here -----"
 END = "----- to here -----"
+FENCE = "```"   # the block between BEGIN and END is Markdown code, ready for an issue
 # Every line of the block, in order: the test holds the block to it.
-FIELDS = ("hvdtrain", "python", "platform", "tensorflow", "keras", "tf_keras",
-          "TF_USE_LEGACY_KERAS", "horovod", "horovod build", "open mpi", "open mpi btl",
-          "open mpi coll", "HOROVOD_*", "OMPI_MCA_*", "gpus", "cuda", "cudnn", "nccl",
+FIELDS = ("hvdtrain", "python", "platform", "os", "cpus", "/dev/shm", "numpy", "tensorflow",
+          "tensorflow dist", "keras", "tf_keras", "TF_USE_LEGACY_KERAS", "horovod",
+          "horovod patches", "horovod build", "open mpi", "open mpi btl", "open mpi coll",
+          "HOROVOD_*", "OMPI_MCA_*", "TF/NCCL/CUDA/OMP", "gpus", "cuda", "cudnn", "nccl",
           "launcher env", *(f"all-reduce {name}" for name in SMOKE_LAUNCHERS), "checks")
+# The TensorFlow, NCCL, GPU and thread settings a report shows when set.
+RUNTIME_SETTINGS = ("TF_", "NCCL_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 # The variables launchers set: SLURM, PMIx (srun --mpi=pmix, Open MPI's mpirun), Open MPI's
 # ranks, the Kubeflow MPI Operator's pods, Kubernetes.
 LAUNCHER_PREFIXES = ("SLURM_", "PMIX_", "PMI_", "OMPI_COMM_WORLD_", "K_MPI_JOB_ROLE",
@@ -111,20 +120,60 @@ def all_reduce(found: Sequence[Check], launcher: str) -> str:
     return f"2 ranks, {timed[1]} (median of 5)" if timed and check.ok else f"FAIL {check.detail}"
 
 
+def os_name() -> str:
+    """The distribution's PRETTY_NAME (/etc/os-release), or 'unknown'."""
+    try:
+        return platform.freedesktop_os_release().get("PRETTY_NAME", "unknown")
+    except OSError:
+        return "unknown"
+
+
+def cpus() -> str:
+    """The machine's CPUs and how many of them this process may run on (its affinity: a
+    cgroup, taskset or a launcher's binding narrows it)."""
+    return f"{os.cpu_count()} ({len(os.sched_getaffinity(0))} in this process's affinity)"
+
+
+def shm_size(path: str = "/dev/shm") -> str:
+    """The size of ``path`` (Open MPI's shared memory between the ranks of a host), or
+    'absent'."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return "absent"
+    return f"{usage.total / 2 ** 30:.1f} GiB, {usage.free / 2 ** 30:.1f} GiB free"
+
+
+def horovod_patches() -> str:
+    """hvdtrain's patches the installed Horovod took, by the lines they add."""
+    if not horovod_install.distribution_version("horovod"):
+        return "none (Horovod not installed)"
+    try:
+        applied = horovod_install.applied_patches()
+    except UserError as e:
+        return f"unknown: {e}"
+    names = [patch.removeprefix(f"horovod-{horovod_install.HOROVOD_VERSION}-")
+             .removesuffix(".patch") for patch in applied]
+    return f"{', '.join(names) or 'none'} (xla-headers, for TensorFlow 2.19+, leaves no mark)"
+
+
 def _versions(facts: Mapping, environ: Mapping[str, str]) -> list[tuple[str, str]]:
     import hvdtrain
     mpirun = shutil.which("mpirun")
     open_mpi = next((c.detail for c in facts.get("_checks", []) if c.name == "open mpi"), "")
     return [
-        ("hvdtrain", f"{horovod_install.distribution_version('hvdtrain')} "
-                     f"({Path(hvdtrain.__file__).parent})"),
+        ("hvdtrain", f"{version.describe()} at {Path(hvdtrain.__file__).parent}"),
         ("python", f"{platform.python_version()} {sys.executable}"),
         ("platform", platform.platform()),
+        ("os", os_name()), ("cpus", cpus()), ("/dev/shm", shm_size()),
+        ("numpy", horovod_install.distribution_version("numpy") or "not installed"),
         ("tensorflow", str(facts.get("tensorflow") or horovod_install.tensorflow_version())),
+        ("tensorflow dist", horovod_install.tensorflow_distribution() or "not installed"),
         ("keras", str(facts.get("keras", "unknown"))),
         ("tf_keras", facts.get("tf_keras") or "not installed"),
         ("TF_USE_LEGACY_KERAS", environ.get("TF_USE_LEGACY_KERAS", "unset")),
         ("horovod", horovod_install.distribution_version("horovod") or "not installed"),
+        ("horovod patches", horovod_patches()),
         ("horovod build", check_build_parts(facts.get("check_build", ""))),
         ("open mpi", open_mpi or (mpirun or "none (no mpirun on PATH)")),
     ]
@@ -140,21 +189,22 @@ def _hardware(facts: Mapping, build: str) -> list[tuple[str, str]]:
 
 
 def block(found: Sequence[Check], facts: Mapping, environ: Mapping[str, str]) -> str:
-    """The report: FIELDS in order between BEGIN and END, one value a line (a field with
-    several continues on indented lines)."""
+    """The report: FIELDS in order, one value a line (a field with several continues on
+    indented lines), fenced as Markdown code between BEGIN and END."""
     versions = _versions({**facts, "_checks": list(found)}, environ)
     listed = {"HOROVOD_*": settings(environ, ["HOROVOD_"]),
               "OMPI_MCA_*": settings(environ, ["OMPI_MCA_"]),
+              "TF/NCCL/CUDA/OMP": settings(environ, RUNTIME_SETTINGS),
               "launcher env": settings(environ, LAUNCHER_PREFIXES)}
     failed = [c.name for c in found if not c.ok]
     rows = [*versions, *_open_mpi(facts.get("smoke mpi", "")),
-            ("HOROVOD_*", listed["HOROVOD_*"][0]), ("OMPI_MCA_*", listed["OMPI_MCA_*"][0]),
+            *((name, listed[name][0]) for name in ("HOROVOD_*", "OMPI_MCA_*", "TF/NCCL/CUDA/OMP")),
             *_hardware(facts, dict(versions)["horovod build"]),
             ("launcher env", listed["launcher env"][0]),
             *((f"all-reduce {name}", all_reduce(found, name)) for name in SMOKE_LAUNCHERS),
             ("checks", f"FAIL: {', '.join(failed)}" if failed else "every check ok")]
-    lines = [BEGIN]
+    lines = [BEGIN, FENCE]
     for name, value in rows:
         lines.append(f"{name:<{WIDTH}}{value}")
         lines += [" " * WIDTH + extra for extra in listed.get(name, [])[1:]]
-    return "\n".join([*lines, END])
+    return "\n".join([*lines, FENCE, END])

@@ -61,14 +61,19 @@ def distribution_version(name: str) -> str | None:
         return None
 
 
-def tensorflow_version() -> str | None:
-    """The installed TensorFlow's version, whichever distribution brought it (tensorflow,
-    tensorflow-cpu, a vendor's build), without importing it."""
+def tensorflow_distribution() -> str | None:
+    """The pip distribution that brought TensorFlow (tensorflow, tensorflow-cpu, tf-nightly, a
+    vendor's build), without importing it; None without TensorFlow, "unknown" without one."""
     if importlib.util.find_spec("tensorflow") is None:
         return None
     names = importlib.metadata.packages_distributions().get("tensorflow", [])
-    versions = [v for v in map(distribution_version, names) if v]
-    return versions[0] if versions else "unknown"
+    return next((name for name in names if distribution_version(name)), "unknown")
+
+
+def tensorflow_version() -> str | None:
+    """The installed TensorFlow's version, whichever distribution brought it."""
+    name = tensorflow_distribution()
+    return name and (distribution_version(name) or "unknown")
 
 
 def minor(version: str) -> tuple[int, int]:
@@ -189,16 +194,25 @@ def built_in_place(site: Path | None = None) -> bool:
     return installed.exists() and marker in installed.read_text()
 
 
+def applied_patches(site: Path | None = None) -> list[str]:
+    """The patches the Horovod installed in ``site`` (this interpreter's) shows, each by the
+    line only it adds: IN_PLACE_PATCH, then LAUNCHER_PATCHES. XLA_PATCH changes C++ alone and
+    leaves no such line."""
+    site = site or _horovod_site()
+    util = site / "horovod" / "common" / "util.py"
+    launcher = util.read_text() if util.exists() else ""
+    return ([IN_PLACE_PATCH] if built_in_place(site) else []) + [
+        patch for patch, marker in LAUNCHER_PATCHES if marker in launcher]
+
+
 def patch_launcher() -> bool:
     """horovodrun's fast and quiet build check (LAUNCHER_PATCHES), each patch once per
-    install; True when one was applied now."""
+    install, in order; True when one was applied now."""
     site = _horovod_site()
-    applied = False
-    for patch, marker in LAUNCHER_PATCHES:
-        if marker not in (site / "horovod" / "common" / "util.py").read_text():
-            _patch(patch, site)
-            applied = True
-    return applied
+    missing = [patch for patch, _ in LAUNCHER_PATCHES if patch not in applied_patches(site)]
+    for patch in missing:
+        _patch(patch, site)
+    return bool(missing)
 
 
 def _extract(archive: tarfile.TarFile, folder: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hvdtrain import __version__
 from hvdtrain.training import schedules
 from hvdtrain.config import Config
 
@@ -22,15 +21,16 @@ def changed_gradient_options(config: Config) -> list[str]:
 
 
 def banner(config: Config, world: Any, *, data: str, params: int, steps: int, peak_lr: float,
-           start_epoch: int, horovod_in_force: str, run_dir: str) -> str:
-    """Rank 0's banner at the start of training: world, data, model, optimizer and LR, batch
-    and epochs, loop and precision, Horovod's settings, the stack and the run directory."""
+           start_epoch: int, horovod_in_force: str, run_dir: str, hvdtrain: str) -> str:
+    """Rank 0's banner at the start of training: hvdtrain's version (version.describe()),
+    world, data, model, optimizer and LR, batch and epochs, loop and precision, Horovod's
+    settings, the stack and the run directory."""
     c, w = config, world
     options = "".join(f", {option}" for option in changed_gradient_options(c))
     reduction = (f", buckets {c.horovod.bucket_mb:g} MB" if c.horovod.bucket_mb else "") + (
         "" if c.horovod.flatten else ", grouped all-reduce")
     return (
-        f"hvdtrain {__version__}: {w.size} rank{'s' if w.size > 1 else ''} ({w.controller}), "
+        f"hvdtrain {hvdtrain}: {w.size} rank{'s' if w.size > 1 else ''} ({w.controller}), "
         f"{w.device} x {w.intra_op_threads} threads per rank\n"
         f"  data  {data}\n"
         f"  model {c.model.name}, {params:,} parameters"
@@ -50,11 +50,11 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
 def summary(config: Config, world: Any, *, resumed_from_epoch: int | None, steps: int,
             peak_lr: float, params: int, data: str, final_logs: dict, final_eval: dict,
             train_seconds: float, samples_trained: int, wall_seconds: float,
-            run_dir: str) -> dict[str, Any]:
-    """What rank 0 writes to RUN_DIR/summary.json."""
+            run_dir: str, hvdtrain: str) -> dict[str, Any]:
+    """What rank 0 writes to RUN_DIR/summary.json (``hvdtrain``: version.describe())."""
     c = config
     return {
-        "hvdtrain_version": __version__,
+        "hvdtrain_version": hvdtrain,
         "preset": c.preset,
         "world_size": world.size,
         "controller": world.controller,

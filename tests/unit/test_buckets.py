@@ -79,7 +79,7 @@ def test_the_banner_names_the_bucket_size_when_set():
     lines = [line for cfg in (bucketed, grouped, config)
              for line in report.banner(cfg, world, data="d", params=1, steps=1, peak_lr=0.1,
                                        start_epoch=0, horovod_in_force="fusion 128 MB",
-                                       run_dir="r").splitlines()
+                                       run_dir="r", hvdtrain="0.2.0").splitlines()
              if line.startswith("  horovod")]
     assert lines == ["  horovod fusion 128 MB, buckets 2.5 MB",
                      "  horovod fusion 128 MB, grouped all-reduce", "  horovod fusion 128 MB"]

@@ -9,9 +9,11 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy
 import pytest
 
 from helpers import BIN, ROOT, launcher_env, run_job, skip_unless_optional
+from hvdtrain import version
 from hvdtrain.install import doctor, doctor_report, horovod_install
 from hvdtrain.launch import launchers
 
@@ -32,10 +34,12 @@ def fail_lines(output: str) -> list[str]:
 
 
 def report_fields(output: str) -> dict[str, str]:
-    """doctor --report's block: each field's first value, by name, in the block's order."""
+    """doctor --report's block: each field's first value, by name, in the block's order
+    (inside its Markdown fence, whose lines are no field)."""
     block = output.split(doctor_report.BEGIN, 1)[-1].split(doctor_report.END, 1)[0]
     return {line[:doctor_report.WIDTH].rstrip(): line[doctor_report.WIDTH:].strip()
-            for line in block.splitlines() if line.strip() and not line.startswith(" ")}
+            for line in block.splitlines()
+            if line.strip() and not line.startswith(" ") and line != doctor_report.FENCE}
 
 
 def missing_fields(output: str) -> list[str]:
@@ -65,6 +69,13 @@ def test_doctor_passes_the_healthy_venv_with_a_checked_all_reduce_under_both_lau
     fields = report_fields(job.output)
     assert missing_fields(job.output) == [] and list(fields) == list(doctor_report.FIELDS)
     assert fields["tensorflow"] == horovod_install.tensorflow_version()
+    # The fields held in detail by test_doctor_report.py, here with the real run's values.
+    assert fields["numpy"] == numpy.__version__
+    assert fields["hvdtrain"].startswith(f"{version.describe()} at ")
+    assert "allreduce-in-place" in fields["horovod patches"]   # as said below
+    assert "PyTorch" not in job.output.split(doctor_report.BEGIN)[1]
+    fenced = f"{doctor_report.BEGIN}\n```\n", f"\n```\n{doctor_report.END}"
+    assert all(line in job.output for line in fenced), job.output
     assert fields["keras"] == importlib.metadata.version("keras")
     assert "controllers: MPI, Gloo" in fields["horovod build"]
     assert fields["open mpi"].startswith("4.1")

@@ -11,6 +11,7 @@ import zipfile
 import pytest
 
 from helpers import ROOT, launcher_env, run_job
+from hvdtrain import __version__
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
@@ -43,6 +44,9 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
                 if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert required == ["scikit-learn", "tensorboard"], required  # no TensorFlow, numpy, Horovod
     assert 'tensorflow-cpu<2.22,>=2.15; extra == "tensorflow-cpu"' in metadata
+    # Apache-2.0, its text and the NOTICE of the Horovod patches inside the wheel.
+    assert "License: Apache-2.0" in metadata
+    assert {"LICENSE", "NOTICE"} <= {n.rsplit("/", 1)[-1] for n in names if ".dist-info/" in n}
 
     # The installed code finds the wheel's copies, not the checkout's: the launch command runs
     # the shipped script (its usage names the command typed).
@@ -53,6 +57,10 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
     usage = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "launch", "local", "--help"],
                            env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert usage.returncode == 0 and "usage: hvdtrain launch local N" in usage.stdout, usage
+    # The version alone: an installed wheel has no commit to name.
+    named = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "--version"], env=env,
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert named.stdout == f"hvdtrain {__version__}\n", named
     # `hvdtrain bench` finds the wheel's benchmarks (the checkout's are not on this path).
     bench = subprocess.run([sys.executable, "-m", "hvdtrain.cli", "bench", "project", "--help"],
                            env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from helpers import ROOT, assert_ok, launcher_env, run_job
-from hvdtrain import __version__
+from hvdtrain import version
 from hvdtrain.commands import launch
 from hvdtrain.launch import launchers, rank_process
 
@@ -134,9 +134,10 @@ def test_local_launches_n_ranks_for_real(controller, tmp_path):
     # Tagged as the launcher of that controller tags (horovodrun --mpi runs mpirun --tag-output).
     tag = next(row.rank_tag(0) for row in launchers.LAUNCHERS.values()
                if row.controller == expected)
-    assert f"{tag}hvdtrain {__version__}: 2 ranks ({expected})" in job.output, job.output
+    assert f"{tag}hvdtrain {version.describe()}: 2 ranks ({expected})" in job.output, job.output
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["world_size"], summary["controller"], summary["epochs"]) == (2, expected, 1)
+    assert summary["hvdtrain_version"] == version.describe()  # the banner's string
 
 
 def test_slurm_refuses_to_run_outside_an_allocation():

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 # Bottom to top: a module may import its own layer and those below it.
 LAYERS = [
     ["hvdtrain", "hvdtrain.errors", "hvdtrain.files", "hvdtrain.progress",
-     "hvdtrain.keras_version"],   # the one place that asks Keras's version
+     "hvdtrain.keras_version",    # the one place that asks Keras's version
+     "hvdtrain.version"],         # hvdtrain's version and commit
     ["hvdtrain.config"],
     ["hvdtrain.launch"],        # no Horovod: what a rank sets before hvd.init()
     ["hvdtrain.distributed"],   # the only package that imports Horovod
