@@ -753,6 +753,17 @@ def initial_epoch_rank0(ctx):
         "epochs": 3, "initial_epoch": 1 if rank == 0 else 0}))
 
 
+@case("validation_data_rank0", "`validation_data` on rank 0 only", NONE,
+      """fit(validation_data=...) on rank 0 alone: its validation (and the averaging of
+      val_loss, and of the normalization statistics before it) would wait for ranks that
+      never validate. Every rank stops at the validation, naming it.""")
+def validation_data_rank0(ctx):
+    xs, ys = data()
+    held = (xs[:16], ys[:16])
+    return outcome(fit_pattern(ctx, standard(mlp), reference=False, fit_kw=lambda rank: {
+        "validation_data": held} if rank == 0 else {}))
+
+
 def own_loop(ctx: Context, check: Callable[[Any, Any, int], None]) -> Any:
     """A user's own loop: dist.distributed_tape, a plain optimizer, 2 epochs of this rank's
     batches, rank 1 nudging the last bias after epoch 1's steps, then ``check(model,

@@ -35,7 +35,9 @@ def main() -> None:
     from hvdtrain.config import presets
     from hvdtrain.data import sources
     from hvdtrain import distributed as dist
-    cfg = presets.build_config(args.preset, None, args.assignments)
+    # The control trains apart on purpose: the consistency check, which would stop it, is off.
+    checked = ["train.consistency_check=false"] if args.skip_allreduce else []
+    cfg = presets.build_config(args.preset, None, [*args.assignments, *checked])
     world = dist.init(device=cfg.run.device, options=cfg.horovod)
     args.out.mkdir(parents=True, exist_ok=True)
     # hvdtrain's launch-default variables as hvd.init() found them in this rank's environment.

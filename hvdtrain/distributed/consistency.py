@@ -12,6 +12,8 @@ first thing that differs and its likely cause:
 - before each epoch's first step: every rank at the same epoch (a restore or ``initial_epoch``
   on some ranks only), and the learning rate rank 0's (one a callback changed on rank 0 alone
   is taken by every rank; another hyperparameter that differs stops the job);
+- before a validation inside ``fit``: every rank validates (``validation_data`` on some ranks
+  only would leave the others waiting in a collective);
 - at each epoch's end and at the end of training: every trainable variable and hyperparameter.
 
 Its cost: a hash of each batch's inputs during the first epoch of a ``fit``, then one pass
@@ -158,7 +160,7 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
     def __init__(self, *, optimizer: Any = None, broadcast: Any = None):
         super().__init__()
         self._optimizer, self.broadcast = optimizer, broadcast
-        self.epoch, self.first_step, self.first_epoch = 0, True, True
+        self.epoch, self.first_step, self.first_epoch, self.training = 0, True, True, False
         self.record: BatchRecord | None = None
 
     @property
@@ -170,6 +172,7 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.first_step, self.first_epoch, self.record = True, True, None
+        self.training = True
         if not self._active() or getattr(self.model, "train_function", None) is None:
             return  # the custom loop: its own step, with a plain optimizer
         # Horovod: every rank's verdict, so that all stop together.
@@ -181,6 +184,12 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self.epoch = epoch
+
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        if self.training and self._active():  # fit's validation, not an evaluate() of one's own
+            problem = phase_problem(gather(Snapshot(("validation", self.epoch))))
+            if problem:
+                raise UserError(problem, shared=True)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if batch != 0 or not self._active():
@@ -217,6 +226,7 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
                 self.model.trainable_variables, self.optimizer, samples)
 
     def on_train_end(self, logs: dict | None = None) -> None:
+        self.training = False
         if self._active():
             compare(("end",), "at the end of training", self.model.trainable_variables,
                     self.optimizer)

@@ -75,6 +75,10 @@ def differing_hyperparameters(snapshots: list[Snapshot]) -> set[str]:
 def describe_phase(phase: tuple) -> str:
     if phase[0] == "epoch":
         return f"starting epoch {phase[1] + 1}"
+    if phase[0] == "validation":
+        return f"validating in epoch {phase[1] + 1}"
+    if phase[0] == "epoch end":
+        return f"ending epoch {phase[1] + 1}"
     return {"end": "at the end of training"}.get(phase[0], " ".join(map(str, phase)))
 
 
@@ -84,6 +88,11 @@ def phase_problem(snapshots: list[Snapshot]) -> str | None:
     if len(set(phases)) == 1:
         return None
     listed = ", ".join(f"rank {r} {describe_phase(p)}" for r, p in enumerate(phases))
+    if any(p[0] == "validation" for p in phases):
+        return (f"the ranks do not all validate ({listed}): validation_data or "
+                f"validation_split on some ranks only; give every rank its validation data "
+                f"(each its own part, e.g. dist.shard(x_val, y_val)): the metrics are averaged "
+                f"over ranks")
     if all(p[0] == "epoch" for p in phases):
         return (f"the ranks start training at different epochs ({listed}): a BackupAndRestore, "
                 f"a restore or an initial_epoch on some ranks only; restore on rank 0 alone "

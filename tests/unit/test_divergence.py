@@ -59,6 +59,13 @@ def test_ranks_at_different_points_are_named_each_with_its_point():
     assert "stopped training on some ranks only" in problem
 
 
+def test_validation_on_some_ranks_only_is_named():
+    assert divergence.phase_problem([Snapshot(("validation", 0))] * 2) is None
+    problem = divergence.phase_problem([Snapshot(("validation", 0)), Snapshot(("epoch end", 0))])
+    assert problem.startswith("the ranks do not all validate (rank 0 validating in epoch 1, "
+                              "rank 1 ending epoch 1)")
+
+
 def test_identical_first_batches_are_caught_and_different_ones_pass():
     assert divergence.same_batches([(10.0, 50.0, 64.0), (10.0, 50.0, 64.0)])
     assert not divergence.same_batches([(10.0, 50.0, 64.0), (10.5, 50.0, 64.0)])
