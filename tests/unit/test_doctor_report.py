@@ -21,12 +21,13 @@ from test_doctor import missing_fields, report_fields
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
-# horovodrun --check-build's output for hvdtrain's build: TensorFlow, MPI and Gloo only.
+# horovodrun --check-build's output for hvdtrain's build (TensorFlow, MPI and Gloo only), as
+# Horovod prints it: PyTorch marked because horovod.torch imports without its library.
 CHECK_BUILD = """Horovod v0.28.1:
 
 Available Frameworks:
     [X] TensorFlow
-    [ ] PyTorch
+    [X] PyTorch
     [ ] MXNet
 
 Available Controllers:
