@@ -224,7 +224,7 @@ def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: 
     applies its inner optimizer's update only where they are finite, so it must check the
     reduced gradients, the same on every rank. Checking each rank's own, a rank that
     overflowed would skip the all-reduce its peers wait in."""
-    inner = getattr(optimizer, "inner_optimizer", None)
+    inner: Any = getattr(optimizer, "inner_optimizer", None)
     reduce = getattr(inner, "hvdtrain_reduce", None)
     if reduce is not None:
         gradients = reduce(gradients, variables)
