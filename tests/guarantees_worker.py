@@ -764,6 +764,58 @@ def validation_data_rank0(ctx):
         "validation_data": held} if rank == 0 else {}))
 
 
+@case("metrics_global", "AUC, precision and recall in `fit` and `evaluate()`", EXACT,
+      """A binary head compiled with AUC, Precision and Recall (not means of equal parts: a
+      mean of the ranks' results is not the global one). Every rank's History, validation
+      and evaluate(callbacks=[dist.GlobalMetrics()]) must give what 1 rank at 2B gives over
+      the global batches: each metric's state is added over the ranks before its result is
+      read.""")
+def metrics_global(ctx):
+    tf = ctx.tf
+    xs, ys = data()
+    ys = (ys % 2).astype("float32")
+
+    def train(role: str):
+        rank = ctx.rank if role == "rank" else None
+        tf.keras.utils.set_random_seed(SEED + (ctx.rank if role == "rank" else 0))
+        model = tf.keras.Sequential([tf.keras.Input((FEATURES,)),
+                                     tf.keras.layers.Dense(16, activation="tanh"),
+                                     tf.keras.layers.Dense(1)])
+        opt = sgd(tf)
+        model.compile(ctx.dist.distributed_optimizer(opt) if rank is not None else opt,
+                      tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=False,
+                      metrics=[tf.keras.metrics.AUC(from_logits=True, name="auc"),
+                               tf.keras.metrics.Precision(thresholds=0.0, name="precision"),
+                               tf.keras.metrics.Recall(thresholds=0.0, name="recall")])
+        picked = rows(rank)
+        held = rows(rank)[::2]   # validation: half of this rank's rows (the global: half of all)
+        history = model.fit(xs[picked], ys[picked], batch_size=BATCH * (1 if rank is not None
+                                                                         else ctx.size),
+                            epochs=1, shuffle=False, verbose=0,
+                            validation_data=(xs[held], ys[held]),
+                            callbacks=ctx.dist.fit_callbacks() if rank is not None else [])
+        scores = model.evaluate(xs[picked], ys[picked], verbose=0, return_dict=True,
+                                callbacks=[ctx.dist.GlobalMetrics()] if rank is not None else [])
+        return model, {k: v[-1] for k, v in history.history.items()}, scores
+
+    model, logged, scores = train("rank")
+    reference, ref_logged, ref_scores = train("reference")
+    checks = {}
+    def same(a: float, b: float) -> list:
+        return [bool(abs(a - b) < 1e-6), f"{a:.6f} vs {b:.6f}"]
+    for name in ("auc", "precision", "recall", "val_auc", "val_precision"):
+        checks[f"History {name} = 1 rank's"] = same(logged[name], ref_logged[name])
+    for name in ("auc", "precision", "recall"):
+        checks[f"evaluate() {name} = 1 rank's"] = same(scores[name], ref_scores[name])
+    # Control: the mean of the ranks' own AUCs is not the global one.
+    own = tf.keras.metrics.AUC(from_logits=True)
+    own.update_state(ys[rows(ctx.rank)], model.predict(xs[rows(ctx.rank)], verbose=0))
+    mean = float(np.mean(ctx.dist.allgather_object(float(own.result()))))
+    checks["control: the mean of per-rank AUCs differs"] = [
+        bool(abs(mean - ref_scores["auc"]) > 1e-4), f"{mean:.6f} vs {ref_scores['auc']:.6f}"]
+    return Outcome(model.get_weights(), reference.get_weights(), checks)
+
+
 def own_loop(ctx: Context, check: Callable[[Any, Any, int], None]) -> Any:
     """A user's own loop: dist.distributed_tape, a plain optimizer, 2 epochs of this rank's
     batches, rank 1 nudging the last bias after epoch 1's steps, then ``check(model,

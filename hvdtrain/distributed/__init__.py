@@ -28,6 +28,7 @@ from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_vari
                                           optimizer_variables, run_elastic, save_model,
                                           scale_loss, unscale_gradients)
 from hvdtrain.distributed.consistency import ConsistencyCheck, check_consistency
+from hvdtrain.distributed.global_metrics import GlobalMetrics
 from hvdtrain.distributed.collectives import (allgather_object, allreduce_each, allreduce_sum,
                                               broadcast_object, join)
 from hvdtrain.distributed.reducer import reduce_gradients
@@ -38,7 +39,7 @@ from hvdtrain.distributed.world import World, refresh_world, shard
 
 __all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Horovod
     "World", "init", "horovod_settings_in_force", "refresh_world", "stack_description", "shard",
-    "ConsistencyCheck", "check_consistency",
+    "ConsistencyCheck", "check_consistency", "GlobalMetrics",
     "autograph_leaves_horovod_alone",
     "check_same_config", "lost_a_rank", "agree_or_fail", "reduce_gradients", "join",
     "allreduce_sum", "allgather_object", "allreduce_each", "broadcast_object", "rank0_then_all",

@@ -18,6 +18,7 @@ from hvdtrain.config import HorovodConfig
 from hvdtrain.config.capabilities import Capabilities
 from hvdtrain.distributed.broadcast import BroadcastInitialState, stall_watchdog
 from hvdtrain.distributed.consistency import ConsistencyCheck
+from hvdtrain.distributed.global_metrics import GlobalMetrics
 from hvdtrain.distributed import batch_norm
 from hvdtrain.errors import UserError
 from hvdtrain.keras_version import keras_major, keras_version
@@ -158,19 +159,21 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) ->
     _keras_binding().broadcast_variables(list(variables), root_rank)
 
 
-def fit_callbacks(root_rank: int = 0, *,
-                  consistency_check: bool = True) -> list[tf.keras.callbacks.Callback]:
+def fit_callbacks(root_rank: int = 0, *, consistency_check: bool = True,
+                  global_metrics: bool = True) -> list[tf.keras.callbacks.Callback]:
     """For a library user's own ``model.fit``: the consistency check (``consistency.py``:
     unsharded data, an optimizer not distributed and ranks that drift apart stop every rank
     with one line), rank 0's initial state broadcast to every rank before the first step
-    (after checking that every rank runs as many steps), the epoch's metrics averaged over
-    ranks, the same normalization statistics on every rank, and under Gloo a stall watchdog.
-    Put them first."""
+    (after checking that every rank runs as many steps), the metrics read from their state
+    added over the ranks (``global_metrics.py``; fit's and, from then on, the model's
+    evaluate()'s), then averaged over ranks (what else a callback logged), the same
+    normalization statistics on every rank, and under Gloo a stall watchdog. Put them first."""
     binding = _keras_binding()
     watchdog = stall_watchdog()
     broadcast = BroadcastInitialState(binding, root_rank)
     check = [ConsistencyCheck(broadcast=broadcast)] if consistency_check else []
-    return [*check, broadcast, binding.metric_average_callback(),
+    exact = [GlobalMetrics()] if global_metrics else []
+    return [*check, broadcast, *exact, binding.metric_average_callback(),
             batch_norm.statistics_average_callback(),  # the same statistics on every rank
             *([watchdog] if watchdog else [])]
 

@@ -88,9 +88,18 @@ def _reduce_exactly_once(distributed: Any) -> None:
             grads = distributed._allreduce(grads, variables)
         return apply_gradients(list(zip(grads, variables)), *args, **kwargs)
 
+    def reducing(grads, variables):
+        """The gradients reduced now, and recorded so that the next apply does not again."""
+        # Horovod: the optimizer's own reducer (average, compression, sparse handling).
+        grads = distributed._allreduce(list(grads), list(variables))
+        reduced_for[:] = [id(variable) for variable in variables]
+        return grads
+
     # Horovod: its compute_gradients calls self._compute_gradients, as legacy minimize does.
     distributed._compute_gradients = computing
     distributed.apply_gradients = applying
+    distributed.hvdtrain_reduce = reducing
+    distributed.hvdtrain_reduced_for = reduced_for
 
 
 def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
@@ -210,8 +219,19 @@ def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
 
 def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: list[tf.Tensor],
                            variables: Sequence[tf.Variable]) -> None:
+    """The scaled gradients reduced first (where the loss scale optimizer wraps a distributed
+    one), then unscaled and applied: the loss scale optimizer checks them for inf/NaN and
+    applies its inner optimizer's update only where they are finite, so it must check the
+    reduced gradients, the same on every rank. Checking each rank's own, a rank that
+    overflowed would skip the all-reduce its peers wait in."""
+    inner: Any = getattr(optimizer, "inner_optimizer", None)
+    reduce = getattr(inner, "hvdtrain_reduce", None)
+    if reduce is not None:
+        gradients = reduce(gradients, variables)
     # Keras 2's LossScaleOptimizer applies what it is given: unscale first.
     optimizer.apply_gradients(zip(unscale_gradients(optimizer, gradients), variables))
+    if reduce is not None:
+        inner.hvdtrain_reduced_for.clear()  # a skipped step left the record unread
 
 
 def sync_batch_normalization_class() -> type:

@@ -18,7 +18,8 @@ STALL_EXIT_CODE = 1
 
 
 class StallWatchdog(tf.keras.callbacks.Callback):
-    """Ends this process when no training step (or epoch end) has finished for ``seconds``.
+    """Ends this process when fit has made no progress (a step, a validation batch, an epoch's
+    start or end) for ``seconds``.
 
     The launcher then stops the other ranks. It watches from the start of each ``fit`` to its
     end (``on_train_end``); when ``fit`` raises, call ``stop()``, as the trainer does.
@@ -41,11 +42,14 @@ class StallWatchdog(tf.keras.callbacks.Callback):
                                             daemon=True)
             self._thread.start()
 
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+    def _progress(self, *args: object, **kwargs: object) -> None:
         self._last = self.clock()
 
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self._last = self.clock()
+    # Progress: every step, and what fit does between steps (validation batch by batch, the
+    # callbacks of an epoch's start and end), so that a long validation pass is not a stall.
+    on_train_batch_begin = on_train_batch_end = _progress
+    on_epoch_begin = on_epoch_end = _progress
+    on_test_begin = on_test_batch_end = on_test_end = _progress
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.stop()

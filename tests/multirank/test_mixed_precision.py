@@ -82,8 +82,21 @@ def checked_before_the_allreduce(optimizer):
     return tf.keras.mixed_precision.LossScaleOptimizer(distributed)
 
 
-model = tf.keras.Sequential([tf.keras.Input((16,)), tf.keras.layers.Dense(32, activation="relu"),
-                             Poisoned(), tf.keras.layers.Dense(2)])
+class OwnStep(tf.keras.Sequential):
+    # The README's own train_step under mixed precision: scaled loss, scaled gradients.
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = tf.keras.losses.sparse_categorical_crossentropy(
+                y, tf.cast(self(x, training=True), tf.float32), from_logits=True)
+            scaled = dist.scale_loss(self.optimizer, tf.reduce_mean(loss))
+        grads = tape.gradient(scaled, self.trainable_variables)
+        dist.apply_scaled_gradients(self.optimizer, grads, self.trainable_variables)
+        return {"loss": tf.reduce_mean(loss)}
+
+
+model = STEP([tf.keras.Input((16,)), tf.keras.layers.Dense(32, activation="relu"),
+              Poisoned(), tf.keras.layers.Dense(2)])
 optimizer = ORDER(tf.keras.optimizers.SGD(0.1))
 model.compile(optimizer, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               jit_compile=False)
@@ -100,17 +113,21 @@ with open(os.path.join(sys.argv[1], f"rank{world.rank}.json"), "w") as f:
 RIGHT, WRONG = "dist.distributed_optimizer", "checked_before_the_allreduce"
 
 
-def overflow_job(tmp_path: Path, order: str, name: str):
+def overflow_job(tmp_path: Path, order: str, name: str, step: str = "tf.keras.Sequential"):
     out = tmp_path / name
     out.mkdir()
     script = out / "overflow.py"
-    script.write_text(OVERFLOW_ON_ONE_RANK.replace("ORDER", order))
+    script.write_text(OVERFLOW_ON_ONE_RANK.replace("ORDER", order).replace("STEP", step))
     return out, launch("mpi", 2, [sys.executable, str(script), str(out)], timeout=120)
 
 
 @pytest.mark.beside   # a 2-rank fit with no bound on time: off the critical path
-def test_a_step_that_overflows_on_one_rank_is_skipped_by_every_rank(tmp_path):
-    out, job = overflow_job(tmp_path, RIGHT, "right")
+@pytest.mark.parametrize("step", ["tf.keras.Sequential", "OwnStep"])
+def test_a_step_that_overflows_on_one_rank_is_skipped_by_every_rank(tmp_path, step):
+    # Keras' own train_step, and one's own with dist.scale_loss and dist.apply_scaled_gradients
+    # (on Keras 2 it reduced inside the loss scale optimizer's "finite" branch: the rank that
+    # overflowed skipped it and its peer waited until the stall abort).
+    out, job = overflow_job(tmp_path, RIGHT, "right", step)
     assert_ok(job, "mixed_float16 fit, one rank overflowing once")
     ranks = [weights(out / f"rank{r}.npz") for r in (0, 1)]
     assert largest_difference(*ranks) == 0

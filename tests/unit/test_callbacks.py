@@ -109,6 +109,23 @@ def test_the_stall_watchdog_ends_the_process_once_no_step_finished_in_time(exits
     assert "hvdtrain: error: rank 1: no training step finished in 0.4 s" in capsys.readouterr().err
 
 
+def test_a_validation_pass_longer_than_the_bound_is_progress_batch_by_batch(exits):
+    clock = FakeClock()
+    watchdog = StallWatchdog(0.4, rank=0, clock=clock)
+    watchdog.on_train_begin()
+    watchdog.on_test_begin()
+    for batch in range(5):             # 1.5 s of validation in all, each batch within the bound
+        clock.now += 0.3
+        watchdog.on_test_batch_end(batch)
+        time.sleep(0.15)
+    watchdog.on_test_end()
+    assert exits == []
+    clock.now += 0.5                   # control: then nothing, and it fires
+    assert wait_until(lambda: exits), "the watchdog never fired"
+    watchdog.stop()
+    watchdog._thread.join(timeout=5)
+
+
 def test_a_stopped_stall_watchdog_stays_quiet(exits):
     clock = FakeClock()
     watchdog = StallWatchdog(0.4, rank=0, clock=clock)
