@@ -1,6 +1,6 @@
 """The consistency check's comparisons, on plain values as every rank's snapshots hold them
 (distributed/divergence.py), and the MinHash signature of the samples an epoch trained on
-(distributed/consistency.py) computed for two made-up ranks: each with a control that shows
+(distributed/batch_record.py) computed for two made-up ranks: each with a control that shows
 the check is sharp. The check across real ranks: the guarantees job's control_divergence_*
 cases (tests/multirank/test_guarantees.py)."""
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_identical_first_batches_are_caught_and_different_ones_pass():
 
 def signature(tf, rows: np.ndarray, batch: int = 16) -> tuple[int, ...]:
     """What a rank's first epoch records: the least hash of each function over its batches."""
-    from hvdtrain.distributed.consistency import HASHES, sample_hashes
+    from hvdtrain.distributed.batch_record import HASHES, sample_hashes
     least = np.full(HASHES, divergence.NO_SAMPLE, np.int64)
     for start in range(0, len(rows), batch):
         batch_rows = tf.constant(rows[start:start + batch])
