@@ -33,8 +33,10 @@ class KerasBinding(Protocol):
     CAPABILITIES: Capabilities
 
     def distributed_optimizer(self, optimizer: tf.keras.optimizers.Optimizer,
-                              options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
-        """The optimizer whose update all-reduces the gradients first."""
+                              options: HorovodConfig, *, average_aggregated: bool = True
+                              ) -> tf.keras.optimizers.Optimizer:
+        """The optimizer whose update all-reduces the gradients first (accumulated over
+        ``options.backward_passes_per_step`` batches: averaged, or summed)."""
 
     def distributed_tape(self, tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
         """A tape whose gradient() returns reduced gradients."""
@@ -140,6 +142,19 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
                         f"dist.distributed_tape with a plain optimizer (hvdtrain's custom loop, "
                         f"--loop custom)")
     return _keras_binding().distributed_optimizer(optimizer, options)
+
+
+def horovod_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: HorovodConfig, *,
+                      average_aggregated: bool) -> tf.keras.optimizers.Optimizer:
+    """Horovod's ``DistributedOptimizer`` (``horovod_api.py``): as ``distributed_optimizer``,
+    with ``backward_passes_per_step`` run in ``fit`` too, as Horovod runs it."""
+    table = capabilities()
+    if options.op == "adasum" and table.adasum_in_fit:
+        raise UserError(f"hvdtrain.horovod: DistributedOptimizer(op=hvd.Adasum): on "
+                        f"{table.keras} {table.adasum_in_fit}: use hvd.DistributedGradientTape "
+                        f"with a plain optimizer")
+    return _keras_binding().distributed_optimizer(optimizer, options,
+                                                  average_aggregated=average_aggregated)
 
 
 def distributed_tape(tape: tf.GradientTape,

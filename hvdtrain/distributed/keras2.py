@@ -25,15 +25,18 @@ T = TypeVar("T")
 CAPABILITIES = capabilities.KERAS2  # what this binding runs, and why not where it does not
 
 
-def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
-                          options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
+def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: HorovodConfig,
+                          *, average_aggregated: bool = True) -> tf.keras.optimizers.Optimizer:
     """Horovod's DistributedOptimizer around ``optimizer``, refusing gradients a distributed
     tape reduced already, with what was set on ``optimizer`` outside its config. (The seam
     refused what CAPABILITIES says it does not run: Adasum, bucket_mb.)"""
     # Horovod: average gradients across ranks with ring all-reduce before every update
-    # (compressed to float16 on the wire if asked; sparse gradients reduced densely if asked).
-    distributed = hvd_keras.DistributedOptimizer(optimizer, compression=compression(options),
-                                                 sparse_as_dense=options.sparse_as_dense)
+    # (compressed to float16 on the wire if asked; sparse gradients reduced densely if asked;
+    # k batches' gradients accumulated locally first, averaged or summed, if asked).
+    distributed = hvd_keras.DistributedOptimizer(
+        optimizer, compression=compression(options), sparse_as_dense=options.sparse_as_dense,
+        backward_passes_per_step=options.backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated)
     # Horovod rebuilds the optimizer from its config: what the user set outside it (AdamW's
     # exclude_from_weight_decay, say) is carried over, or it would be silently lost. What its
     # build() made (slots, the built flag) is not: the copy builds its own, then takes the

@@ -33,8 +33,8 @@ MODEL_FILE = "model.keras"
 SEED_STATE = "seed_generator_state"  # the variable name of Keras 3's SeedGenerator state
 
 
-def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
-                          options: HorovodConfig) -> tf.keras.optimizers.Optimizer:
+def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: HorovodConfig,
+                          *, average_aggregated: bool = True) -> tf.keras.optimizers.Optimizer:
     """``optimizer`` itself, made distributed: its ``apply`` all-reduces the gradients before
     updating. Wrap it before ``compile``; an optimizer that has state already (a loaded
     model's) keeps it, and ``fit_callbacks()`` broadcasts rank 0's.
@@ -43,30 +43,49 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     function makes it one), so that the SCALED gradients are reduced before the loss scale
     optimizer unscales them and checks them for inf/NaN: every rank then sees the same
     gradients and skips or applies the same steps. (Keras 3's compile would otherwise wrap the
-    distributed optimizer inside a LossScaleOptimizer, which checks before the all-reduce.)"""
+    distributed optimizer inside a LossScaleOptimizer, which checks before the all-reduce.)
+
+    With ``options.backward_passes_per_step`` k > 1 (or Keras' own
+    ``gradient_accumulation_steps``), Keras accumulates k batches' gradients (averaged; summed
+    unless ``average_aggregated``, as Horovod's option says) and the all-reduce runs once, at
+    the update."""
     if getattr(optimizer, "hvdtrain_distributed", False):
         return optimizer
-    if (optimizer.gradient_accumulation_steps or 0) > 1:
-        raise UserError("the optimizer's gradient_accumulation_steps would all-reduce every "
-                        "micro-batch: use horovod.backward_passes_per_step with hvdtrain's "
-                        "custom loop (--loop custom) instead")
+    steps = _accumulation_steps(optimizer, options.backward_passes_per_step)
     if (tf.keras.mixed_precision.global_policy().name == "mixed_float16"
             and not isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)):
+        if steps > 1:
+            raise UserError("gradient accumulation (backward_passes_per_step) under the "
+                            "mixed_float16 policy is not offered: accumulate in float32")
         optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
     base = type(optimizer)
+    scale = 1.0 if average_aggregated else float(steps)
 
     def apply(self, grads, trainable_variables=None):
         # Horovod: average the gradients across ranks before the wrapped optimizer (and a
-        # LossScaleOptimizer's unscaling and finiteness check) sees them.
+        # LossScaleOptimizer's unscaling and finiteness check) sees them; with accumulation,
+        # at the update step only (``_clip_gradients``).
         grads = list(grads)
         refuse_reduced(grads)
         self.hvdtrain_applied = True  # set while the train step is traced: see check_first_step
-        return base.apply(self, reduce_gradients(grads, options), trainable_variables)
+        if steps == 1:
+            grads = reduce_gradients(grads, options)
+        return base.apply(self, grads, trainable_variables)
 
+    def clip_gradients(self, grads):
+        # Horovod: Keras calls this once per update, on the accumulated gradients.
+        grads = reduce_gradients(list(grads), options, name="hvdtrain_accumulated")
+        if scale != 1.0:
+            grads = [None if g is None else g * scale for g in grads]
+        return base._clip_gradients(self, grads)
+
+    methods: dict[str, Any] = {"apply": apply}
+    if steps > 1:
+        methods["_clip_gradients"] = clip_gradients
     # Same name and module as the wrapped class: a saved model's optimizer loads back as the
     # plain optimizer, without hvdtrain.
     distributed = type(base.__name__, (base,), {
-        "apply": apply, "hvdtrain_distributed": True,
+        **methods, "hvdtrain_distributed": True,
         "__module__": base.__module__, "__qualname__": base.__qualname__})
     # The instance's class swapped rather than a copy rebuilt from get_config(): what the user
     # set outside the config (exclude_from_weight_decay, say) would be lost by a rebuild.
@@ -74,6 +93,22 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
     # A built optimizer may have stepped in a train function traced before this: check_first_step.
     optimizer.hvdtrain_wrapped_built = optimizer.built
     return optimizer
+
+
+def _accumulation_steps(optimizer: tf.keras.optimizers.Optimizer, passes: int) -> int:
+    """The batches per update: ``passes`` set on Keras' own accumulation, which builds its
+    accumulators with the optimizer, so it must not be built yet."""
+    own = optimizer.gradient_accumulation_steps or 1
+    if passes > 1 and own > 1 and own != passes:
+        raise UserError(f"backward_passes_per_step={passes} and the optimizer's "
+                        f"gradient_accumulation_steps={own} disagree: set one of them")
+    if passes > 1 and own == 1:
+        if optimizer.built:
+            raise UserError("backward_passes_per_step > 1 needs an optimizer without state "
+                            "yet (its accumulators are made when it is built): wrap a fresh "
+                            "optimizer")
+        optimizer.gradient_accumulation_steps = passes
+    return max(passes, own)
 
 
 def build_optimizer(optimizer: tf.keras.optimizers.Optimizer,
@@ -175,9 +210,13 @@ def refuse_loss_scale_outside(optimizer: Any) -> None:
 
 
 def broadcast_variables(variables: Sequence[Any], root_rank: int = 0) -> None:
-    # Keras 3 variables hold a tf.Variable in ``.value``, which the broadcast assigns in place.
-    broadcast_by_position([v.value for v in variables], root_rank)
-    draw_own_random_numbers([v for v in variables if v.name == SEED_STATE], root_rank)
+    # Keras 3 variables hold a tf.Variable in ``.value``, which the broadcast assigns in place;
+    # a script's own tf.Variable is one already.
+    broadcast_by_position([v if isinstance(v, tf.Variable) else v.value for v in variables],
+                          root_rank)
+    draw_own_random_numbers([v for v in variables
+                             if not isinstance(v, tf.Variable) and v.name == SEED_STATE],
+                            root_rank)
 
 
 def draw_own_random_numbers(seed_states: Sequence[Any], root_rank: int) -> None:
