@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ from typing import Any, Callable
 import numpy as np
 
 from hvdtrain.launch import rank_process  # TensorFlow loads in main(), through rank_process
+
+if __name__ == "__main__":  # one module, whose CASES tests/horovod_api_cases.py adds to
+    sys.modules.setdefault("guarantees_worker", sys.modules["__main__"])
 
 FEATURES, CLASSES, BATCH, STEPS, RANKS = 16, 4, 8, 4, 2
 ROWS = STEPS * RANKS * BATCH           # 64 rows: 4 global batches of 16
@@ -53,14 +57,15 @@ class Case:
     contract: str          # EXACT or NONE
     note: str              # what the case does and what hvdtrain promises for it
     run: Callable[["Context"], "Outcome"]
+    family: str = "library"   # "horovod": Horovod's API (docs/horovod-api.md)
 
 
 CASES: list[Case] = []
 
 
-def case(name: str, title: str, contract: str, note: str):
+def case(name: str, title: str, contract: str, note: str, family: str = "library"):
     def register(run: Callable[["Context"], "Outcome"]) -> Callable[["Context"], "Outcome"]:
-        CASES.append(Case(name, title, contract, " ".join(note.split()), run))
+        CASES.append(Case(name, title, contract, " ".join(note.split()), run, family))
         return run
     return register
 
@@ -154,10 +159,11 @@ def standard(build: Callable, *, optimizer: Callable | None = None, options: Any
 def fit_pattern(ctx: Context, setup: Callable, *, x: np.ndarray | None = None,
                 compile_kw: dict | None = None, fit_kw: Callable | None = None,
                 shard: Callable | None = None, reference: bool = True,
-                check: bool = True) -> Trained:
+                check: bool = True, callbacks: Callable[[], list] | None = None) -> Trained:
     """The user's script on this rank: seeded 100 + rank, ``setup(ctx, "rank")``'s model and
     optimizer compiled, fit on this rank's shard at batch B with ``dist.fit_callbacks()``
-    (its consistency check off where ``check`` is), one epoch unless ``fit_kw(rank)`` says
+    (its consistency check off where ``check`` is; ``callbacks()`` instead, where given), one
+    epoch unless ``fit_kw(rank)`` says
     otherwise, its callbacks after those. Then, if ``reference``, the same script at 1 rank:
     seeded as rank 0, ``setup(ctx, "reference")``, fit at batch 2B on the global batches, no
     hvdtrain callback."""
@@ -172,7 +178,8 @@ def fit_pattern(ctx: Context, setup: Callable, *, x: np.ndarray | None = None,
         model, opt = setup(ctx, role)
         model.compile(optimizer=opt, loss=loss(tf), **{"jit_compile": False, **(compile_kw or {})})
         picked = shard(rank) if shard else rows(rank)
-        own = ctx.dist.fit_callbacks(consistency_check=check) if role == "rank" else []
+        own = ((callbacks or (lambda: ctx.dist.fit_callbacks(consistency_check=check)))()
+               if role == "rank" else [])
         kw = {"epochs": 1, "shuffle": False, **fit_kw(rank)}
         kw["callbacks"] = own + kw.get("callbacks", [])
         history = model.fit(xs[picked], ys[picked], batch_size=BATCH * (1 if rank is not None
@@ -878,6 +885,9 @@ def control_divergence_custom_loop(ctx):
 def unequal_batches(ctx):
     extra = lambda rank: np.concatenate([rows(rank), [0]]) if rank == 0 else rows(rank)
     return outcome(fit_pattern(ctx, standard(mlp), shard=extra, reference=False))
+
+
+import horovod_api_cases  # noqa: E402,F401  (Horovod's API: its cases, after these)
 
 
 # ---------------------------------------------------------------------------------------------

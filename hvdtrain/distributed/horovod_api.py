@@ -27,7 +27,7 @@ from horovod.tensorflow import (Adasum, Average, Compression, ProcessSet,  # noq
                                 stop_timeline)
 
 from hvdtrain.config import HorovodConfig
-from hvdtrain.distributed import binding, collectives, startup
+from hvdtrain.distributed import binding, collectives, startup, xla_default
 from hvdtrain.errors import UserError
 
 __all__ = [
@@ -47,9 +47,13 @@ def refuse(name: str, why: str) -> NoReturn:
     raise UserError(f"hvdtrain.horovod: {name} {why}")
 
 
-def _one_line_user_errors(hook: Any = sys.excepthook) -> None:
+def _one_line_user_errors() -> None:
     """A UserError a script does not catch prints as one line, as hvdtrain's own commands
     print it, on rank 0 only when every rank raised it; any other exception as before."""
+    hook = sys.excepthook
+    if getattr(hook, "hvdtrain", False):
+        return
+
     def excepthook(kind: type, error: BaseException, trace: Any) -> None:
         if not isinstance(error, UserError):
             hook(kind, error, trace)
@@ -57,6 +61,7 @@ def _one_line_user_errors(hook: Any = sys.excepthook) -> None:
         # Horovod: rank 0 speaks for the ranks when every rank stopped on the same error.
         if not (error.shared and hvd.is_initialized() and hvd.rank() != 0):
             print(f"hvdtrain: error: {error}", file=sys.stderr, flush=True)
+    excepthook.hvdtrain = True  # type: ignore[attr-defined]
     sys.excepthook = excepthook
 
 
@@ -64,17 +69,17 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     """Horovod's ``init``, as hvdtrain starts a rank (``dist.init``): Horovod's settings, one
     GPU by local rank or the CPU with its share of threads, autograph leaving Horovod alone.
     It runs no collective and no TensorFlow op, so that a script may still configure its GPUs
-    after it, as Horovod's examples do. A second call does nothing, as in Horovod."""
+    after it, as Horovod's examples do. Once Horovod runs (a second call, or after
+    ``dist.init``), only hvdtrain's script-wide settings are made: uncaught UserErrors in one
+    line, and on Keras 3 ``jit_compile`` left at its default meaning no XLA."""
     if comm is not None or process_sets is not None:
         refuse("init(comm=..., process_sets=...)", "is not offered: hvdtrain runs one job of "
                "every rank; start it with horovodrun or mpirun")
-    if hvd.is_initialized():
-        return
+    if not hvd.is_initialized():
+        # A placement problem is this rank's own: no collective here (see the docstring).
+        startup.init(elastic=True)
     _one_line_user_errors()
-    # A placement problem is this rank's own: no collective here (see the docstring).
-    startup.init(elastic=True)
-    if hvd.size() > 1 and binding.keras_version().startswith("3."):
-        from hvdtrain.distributed import xla_default
+    if binding.keras_version().startswith("3."):
         xla_default.leave_xla_off_by_default()
 
 

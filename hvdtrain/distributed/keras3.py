@@ -240,10 +240,15 @@ class TrainingState(ObjectState):
 
     def __init__(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
                  **values: Any):
-        self._variables = [*model.variables, *optimizer_variables(optimizer)]
+        self._model, self._optimizer = model, optimizer
         self._committed = self._read()
         # Horovod: plain values are synced from rank 0 by broadcasting them as objects.
         super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **values)
+
+    @property
+    def _variables(self) -> list:
+        """Read at each use: an optimizer built after the state was made has slots since."""
+        return [*self._model.variables, *optimizer_variables(self._optimizer)]
 
     def _read(self) -> list[np.ndarray]:
         return [np.array(v.numpy(), copy=True) for v in self._variables]

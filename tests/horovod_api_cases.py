@@ -1,0 +1,319 @@
+"""Horovod's own API through hvdtrain (``import hvdtrain.horovod.tensorflow.keras as hvd``): the
+cases of docs/horovod-api.md, each a Horovod script's pattern as Horovod's docs and examples
+teach it, registered into tests/guarantees_worker.py's CASES (family "horovod") so that they
+run in the same 2-rank job per stack, on the same data, with the same reference beside them (1
+rank at twice the batch, a plain optimizer, no hvdtrain).
+
+Importing this module loads no TensorFlow; each case imports the module under test.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from guarantees_worker import (BATCH, EXACT, NONE, RANKS, SEED, STEPS, Context, Outcome,
+                               adam, case, data, embedding_model, fit_pattern, loss, mlp,
+                               outcome, own_step_model, rows, sgd, trained_elsewhere, with_ids)
+
+HOROVOD = "horovod"
+
+
+def horovod_case(name: str, title: str, contract: str, note: str):
+    return case(name, title, contract, note, family=HOROVOD)
+
+
+def hvd_module() -> Any:
+    import hvdtrain.horovod.tensorflow.keras as hvd
+    hvd.init()   # as a Horovod script starts (a second init does nothing)
+    return hvd
+
+
+def wrapped(build: Callable = mlp, optimizer: Callable | None = None, **options: Any) -> Callable:
+    """The model and optimizer of a Horovod script: ``hvd.DistributedOptimizer(opt,
+    **options)`` on the ranks, the plain optimizer for the reference."""
+    def setup(ctx: Context, role: str):
+        opt = (optimizer or (lambda: sgd(ctx.tf)))()
+        model = build(ctx, role)
+        if role == "rank":
+            opt = hvd_module().DistributedOptimizer(opt, **options)
+        return model, opt
+    return setup
+
+
+def horovod_callbacks(*extra: Callable[[Any], Any]) -> Callable[[], list]:
+    """The callbacks Horovod's Keras examples list first, then ``extra(hvd)``'s."""
+    def callbacks() -> list:
+        hvd = hvd_module()
+        return [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                hvd.callbacks.MetricAverageCallback(), *(make(hvd) for make in extra)]
+    return callbacks
+
+
+def same_logs(ctx: Context, history: Any) -> list:
+    everyone = ctx.dist.allgather_object(history.history)
+    return [all(h == everyone[0] for h in everyone), repr(everyone[0])[:120]]
+
+
+@horovod_case("hvd_fit", "`hvd.DistributedOptimizer` + `hvd.callbacks` in `fit`", EXACT,
+              """tensorflow2_keras_mnist.py's pattern: hvd.DistributedOptimizer(opt), compile,
+              fit with BroadcastGlobalVariablesCallback(0) and MetricAverageCallback(); the
+              logs must be the same on every rank.""")
+def hvd_fit(ctx):
+    trained = fit_pattern(ctx, wrapped(), callbacks=horovod_callbacks())
+    return outcome(trained, **{"the same logs on every rank": same_logs(ctx, trained.history)})
+
+
+@horovod_case("hvd_metric_average_only", "only `MetricAverageCallback` listed", EXACT,
+              """A script that lists MetricAverageCallback() alone, no broadcast callback:
+              hvdtrain's protections come with whichever of Horovod's callbacks is listed
+              first, so rank 0's state is still broadcast before the first step.""")
+def hvd_metric_average_only(ctx):
+    trained = fit_pattern(ctx, wrapped(), callbacks=lambda: [
+        hvd_module().callbacks.MetricAverageCallback()])
+    return outcome(trained, **{"the same logs on every rank": same_logs(ctx, trained.history)})
+
+
+@horovod_case("hvd_own_train_step", "own `train_step` with `hvd.DistributedOptimizer`", EXACT,
+              """A subclassed model whose train_step takes a GradientTape's gradients and
+              calls self.optimizer.apply_gradients, the optimizer from
+              hvd.DistributedOptimizer.""")
+def hvd_own_train_step(ctx):
+    return outcome(fit_pattern(ctx, wrapped(own_step_model), callbacks=horovod_callbacks()))
+
+
+@horovod_case("hvd_tape_loop", "`hvd.DistributedGradientTape` loop, broadcast after step 1",
+              NONE, """tensorflow2_mnist.py's pattern: a loop of one's own, the tape wrapped
+              by hvd.DistributedGradientTape, a plain optimizer, and
+              hvd.broadcast_variables(model.variables) and (opt.variables) after the first
+              step. Each rank's first gradient is taken at its own initial weights (Horovod
+              broadcasts after that step), so 1 rank at 2B is not the contract; the ranks
+              must agree.""")
+def hvd_tape_loop(ctx):
+    tf = ctx.tf
+    hvd = hvd_module()
+    xs, ys = data()
+    tf.keras.utils.set_random_seed(SEED + ctx.rank)
+    model, opt, loss_fn = mlp(ctx, "rank"), sgd(tf), loss(tf)
+    for step, batch in enumerate(rows(ctx.rank).reshape(STEPS, BATCH)):
+        with tf.GradientTape() as tape:
+            value = loss_fn(ys[batch], model(xs[batch], training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(value, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        if step == 0:
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(opt.variables() if callable(opt.variables)
+                                    else opt.variables, root_rank=0)
+    return Outcome(model.get_weights())
+
+
+WARMUP_EPOCHS, SCHEDULE_FROM, LR_EPOCHS = 2, 2, 4
+
+
+def horovod_rates(initial: float, size: int) -> list[float]:
+    """The rate at each epoch's end, by the formulas Horovod's docs give: warmup from
+    initial/size to initial, ``initial/size * (epoch * (size - 1) / warmup + 1)`` at the
+    fractional epoch (its end: epoch + 1), then ``initial * 0.5 ** (epoch - start)``."""
+    rates = []
+    for epoch in range(LR_EPOCHS):
+        if epoch < WARMUP_EPOCHS:
+            rates.append(initial / size * ((epoch + 1) * (size - 1) / WARMUP_EPOCHS + 1))
+        else:
+            rates.append(initial * 0.5 ** (epoch - SCHEDULE_FROM))
+    return rates
+
+
+@horovod_case("hvd_lr_callbacks", "`LearningRateWarmupCallback` then `...ScheduleCallback`",
+              NONE, """Horovod's ImageNet example's schedule: the rate (0.1 x size) warmed up
+              over 2 epochs, then halved each epoch from epoch 2 (staircase), 4 epochs, SGD
+              with momentum (momentum correction on); the rate logged at each epoch's end
+              must be Horovod's formula's. The reference has no such schedule, so 1 rank at
+              2B is not the contract; the ranks must agree.""")
+def hvd_lr_callbacks(ctx):
+    initial = 0.1 * ctx.size
+    schedule = horovod_callbacks(
+        lambda hvd: hvd.callbacks.LearningRateWarmupCallback(initial, WARMUP_EPOCHS),
+        lambda hvd: hvd.callbacks.LearningRateScheduleCallback(initial, 0.5,
+                                                               start_epoch=SCHEDULE_FROM))
+    trained = fit_pattern(ctx, wrapped(), callbacks=schedule, reference=False,
+                          fit_kw=lambda rank: {"epochs": LR_EPOCHS})
+    logged = [float(v) for v in trained.history.history["lr"]]
+    expected = horovod_rates(initial, ctx.size)
+    holds = np.allclose(logged, expected, rtol=1e-6)
+    return outcome(trained, **{"the rates are Horovod's": [
+        bool(holds), f"{np.round(logged, 6).tolist()} vs {np.round(expected, 6).tolist()}"]})
+
+
+def accumulated_reference(ctx: Context, passes: int, build: Callable = mlp) -> list:
+    """1 rank at 2B, a plain optimizer: every ``passes`` global batches' gradients summed
+    (Horovod's default, average_aggregated_gradients=False), then one update."""
+    tf = ctx.tf
+    xs, ys = data()
+    tf.keras.utils.set_random_seed(SEED)
+    model, opt, loss_fn = build(ctx, "reference"), sgd(tf), loss(tf)
+    batches = rows(None).reshape(STEPS, RANKS * BATCH)
+    for start in range(0, STEPS, passes):
+        total = None
+        for batch in batches[start:start + passes]:
+            with tf.GradientTape() as tape:
+                value = loss_fn(ys[batch], model(xs[batch], training=True))
+            grads = tape.gradient(value, model.trainable_variables)
+            total = grads if total is None else [a + b for a, b in zip(total, grads)]
+        opt.apply_gradients(zip(total, model.trainable_variables))
+    return model.get_weights()
+
+
+@horovod_case("hvd_backward_passes", "`DistributedOptimizer(backward_passes_per_step=2)`",
+              EXACT, """Horovod's local gradient aggregation in fit: 2 batches' gradients
+              summed on each rank (Horovod's default, average_aggregated_gradients=False),
+              then averaged over the ranks and applied once. The reference: every 2 global
+              batches' gradients summed, then one update, at 1 rank x 2B.""")
+def hvd_backward_passes(ctx):
+    trained = fit_pattern(ctx, wrapped(backward_passes_per_step=2),
+                          callbacks=horovod_callbacks(), reference=False)
+    return Outcome(trained.model.get_weights(), accumulated_reference(ctx, 2))
+
+
+@horovod_case("hvd_fp16", "`DistributedOptimizer(compression=hvd.Compression.fp16)`", NONE,
+              """Gradients cast to float16 for the all-reduce, about 3 significant digits, so
+              close to 1 rank at 2B, not equal (the difference is shown); the ranks must
+              agree.""")
+def hvd_fp16(ctx):
+    compression = hvd_module().Compression.fp16
+    return outcome(fit_pattern(ctx, wrapped(compression=compression),
+                               callbacks=horovod_callbacks()))
+
+
+def embedding(ctx: Context, role: str):
+    return embedding_model(ctx, role, dense_first=False)
+
+
+@horovod_case("hvd_sparse", "sparse gradient (Embedding), `DistributedOptimizer`", EXACT,
+              """A model with an Embedding (its gradient an IndexedSlices, all-gathered over
+              the ranks) and a Dense layer, through hvd.DistributedOptimizer.""")
+def hvd_sparse(ctx):
+    return outcome(fit_pattern(ctx, wrapped(embedding), callbacks=horovod_callbacks(),
+                               x=with_ids(data()[0])))
+
+
+@horovod_case("hvd_sparse_as_dense", "`DistributedOptimizer(sparse_as_dense=True)`", EXACT,
+              """The same model with sparse_as_dense=True: the embedding's gradient made
+              dense and all-reduced with the others.""")
+def hvd_sparse_as_dense(ctx):
+    return outcome(fit_pattern(ctx, wrapped(embedding, sparse_as_dense=True),
+                               callbacks=horovod_callbacks(), x=with_ids(data()[0])))
+
+
+@horovod_case("hvd_load_model", "`hvd.load_model` of a saved model, resumed", EXACT,
+              """Horovod's resume pattern: every rank loads rank 0's saved model.keras
+              (compiled, Adam's state inside) with hvd.load_model, which makes its optimizer
+              distributed, and fits on with hvd.callbacks. The reference: the loaded model and
+              its optimizer at 1 rank x 2B.""")
+def hvd_load_model(ctx):
+    tf = ctx.tf
+    path = ctx.out / "hvd-load-model.keras"
+    if ctx.rank == 0:
+        trained_elsewhere(ctx).save(str(path))
+    ctx.dist.allgather_object(None)   # the file is written before anyone reads it
+
+    def setup(ctx: Context, role: str):
+        if role == "reference":
+            model = tf.keras.models.load_model(str(path))
+        else:
+            model = hvd_module().load_model(str(path))
+        return model, model.optimizer
+    return outcome(fit_pattern(ctx, setup, callbacks=horovod_callbacks()))
+
+
+@horovod_case("hvd_control_not_wrapped", "control: `hvd.callbacks`, optimizer not wrapped", NONE,
+              """The control: Horovod's callbacks in fit but an optimizer left plain (a
+              forgotten hvd.DistributedOptimizer). hvdtrain's consistency check, which
+              Horovod's callbacks bring along, must stop every rank before the first step.""")
+def hvd_control_not_wrapped(ctx):
+    def setup(ctx: Context, role: str):
+        return mlp(ctx, role), adam(ctx.tf)
+    return outcome(fit_pattern(ctx, setup, callbacks=horovod_callbacks(), reference=False))
+
+
+@horovod_case("hvd_collectives", "Horovod's collectives and queries", NONE,
+              """size, rank, local_size, local_rank, cross_size, cross_rank, is_initialized,
+              mpi_threads_supported; allreduce (TF: tensors, Keras: values; Average, Sum),
+              grouped_allreduce, allgather, broadcast, alltoall, reducescatter,
+              broadcast_object, allgather_object, join, each checked against the value it
+              must give on 2 ranks.""")
+def hvd_collectives(ctx):
+    import hvdtrain.horovod.tensorflow as hvd_tf
+    tf = ctx.tf
+    hvd = hvd_module()
+    r, n = hvd.rank(), hvd.size()
+    mine = tf.constant([float(r + 1)] * 2)
+    total = sum(range(1, n + 1))
+    checks = {
+        "size/rank/local/cross": [(n, r, hvd.local_size(), hvd.local_rank(), hvd.cross_size(),
+                                   hvd.cross_rank()) == (ctx.size, ctx.rank, n, r, 1, 0), ""],
+        "is_initialized": [bool(hvd.is_initialized()), ""],
+        "mpi_threads_supported": [hvd.mpi_threads_supported() in (True, False), ""],
+        "allreduce (TF, Average)": [np.allclose(hvd_tf.allreduce(mine).numpy(), total / n), ""],
+        "allreduce (TF, Sum)": [np.allclose(hvd_tf.allreduce(mine, op=hvd.Sum).numpy(), total),
+                                ""],
+        "allreduce (Keras, value)": [np.allclose(hvd.allreduce([float(r + 1)]), total / n), ""],
+        "grouped_allreduce": [np.allclose([t.numpy() for t in hvd_tf.grouped_allreduce(
+            [mine, 2 * mine], op=hvd.Sum)], [[total] * 2, [2 * total] * 2]), ""],
+        "allgather": [hvd.allgather([r]).tolist() == list(range(n)), ""],
+        "broadcast": [np.allclose(hvd.broadcast([float(r)], root_rank=1), 1.0), ""],
+        "alltoall": [hvd_tf.alltoall(tf.constant([r] * n)).numpy().tolist() == list(range(n)),
+                     ""],
+        "reducescatter": [np.allclose(hvd.reducescatter([1.0] * n, op=hvd.Sum), [n]), ""],
+        "broadcast_object": [hvd.broadcast_object({"from": r}, root_rank=0) == {"from": 0}, ""],
+        "allgather_object": [hvd.allgather_object(r) == list(range(n)), ""],
+        "join": [hvd.join() in range(n), ""],
+    }
+    for check in checks.values():
+        check[0] = bool(check[0])
+    return Outcome([np.zeros(1)], checks=checks)
+
+
+@horovod_case("hvd_elastic_state", "`hvd.elastic.KerasState` and its callbacks", NONE,
+              """KerasState(model, batch=0, epoch=0) with CommitStateCallback,
+              UpdateBatchStateCallback and UpdateEpochStateCallback in a 2-epoch fit (outside
+              horovodrun's elastic mode, which tests/multirank runs): the state must count the
+              epochs, restore() must bring back the last commit and sync() rank 0's state.""")
+def hvd_elastic_state(ctx):
+    holder: dict = {}
+
+    def callbacks() -> list:
+        hvd = hvd_module()
+        return [*horovod_callbacks()(), hvd.elastic.CommitStateCallback(holder["state"]),
+                hvd.elastic.UpdateBatchStateCallback(holder["state"]),
+                hvd.elastic.UpdateEpochStateCallback(holder["state"])]
+
+    def setup(ctx: Context, role: str):
+        model, opt = wrapped()(ctx, role)
+        if role == "rank":
+            model.compile(optimizer=opt, loss=loss(ctx.tf), jit_compile=False)
+            holder["state"] = hvd_module().elastic.KerasState(model, batch=0, epoch=0)
+        return model, opt
+
+    trained = fit_pattern(ctx, setup, callbacks=callbacks, reference=False,
+                          fit_kw=lambda rank: {"epochs": 2})
+    state, model = holder["state"], trained.model
+    counted = (state.epoch, state.batch)
+    committed = model.get_weights()
+    model.set_weights([w + 1.0 for w in committed])
+    state.restore()
+    restored = all(np.array_equal(a, b) for a, b in zip(model.get_weights(), committed))
+    if ctx.rank == 1:
+        model.set_weights([w + 1.0 for w in committed])
+    state.sync()
+    return outcome(trained, **{
+        "epoch counted": [counted == (2, 0), f"epoch, batch: {counted}"],
+        "restore() = the last commit": [restored, ""]})
+
+
+@horovod_case("hvd_refused_name", "a name Keras 3 and TF2 cannot serve", NONE,
+              """hvd.broadcast_global_variables(0), TensorFlow 1's (it needs a session):
+              importable, and every rank stops with one line naming what to use instead.""")
+def hvd_refused_name(ctx):
+    hvd_module().broadcast_global_variables(0)
+    return Outcome([np.zeros(1)])
