@@ -1,6 +1,7 @@
 """docs/guarantees.md from runs (`make guarantees`): the Keras usage patterns of
 tests/guarantees_worker.py at 2 ranks on each stack's venv, one job per stack, rendered as one
-table (tests/guarantees_table.py holds the verdicts, the page and its reading).
+table (tests/guarantees_table.py holds the verdicts, the page and its reading); and from the
+same runs the generated part of docs/horovod-api.md (tests/horovod_api_page.py).
 
     scripts/guarantees.py --venv .venv --venv .venv-keras2 [--results DIR] [--reuse]
                           [--out docs/guarantees.md]
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import guarantees_table  # noqa: E402  (tests/, put on the path above)
+import horovod_api_page  # noqa: E402
 
 
 def code() -> str:
@@ -43,6 +45,8 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="render from DIR/<venv>.json where it exists")
     parser.add_argument("--out", type=Path, default=guarantees_table.DOC)
+    parser.add_argument("--horovod-out", type=Path, default=horovod_api_page.DOC,
+                        help="the page of Horovod's API, whose generated part is rewritten")
     args = parser.parse_args()
     runs = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -62,8 +66,14 @@ def main() -> int:
     command = "make guarantees" if len(runs) == 2 else " ".join(
         ["scripts/guarantees.py", *map(shlex.quote, sys.argv[1:])])
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    args.out.write_text(guarantees_table.render(runs, command=command, date=date, code=code()))
+    stamp = {"command": command, "date": date, "code": code()}
+    args.out.write_text(guarantees_table.render(runs, **stamp))
     print(f"wrote {args.out}")
+    runs = sorted(runs, key=lambda run: list(guarantees_table.STACKS).index(run["key"]))
+    rows = {run["key"]: guarantees_table.verdicts(run) for run in runs}
+    page = args.horovod_out.read_text()
+    args.horovod_out.write_text(horovod_api_page.render(runs, rows, page, **stamp))
+    print(f"wrote {args.horovod_out}")
     return 0
 
 

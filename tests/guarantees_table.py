@@ -179,7 +179,6 @@ def render(runs: list[dict], *, command: str, date: str, code: str) -> str:
     hvdtrain ran (its commit)."""
     runs = sorted(runs, key=lambda run: list(STACKS).index(run["key"]))
     rows = {run["key"]: verdicts(run) for run in runs}
-    labels = [STACKS[run["key"]] for run in runs]
     lines = [
         "# What hvdtrain guarantees, from runs",
         "",
@@ -197,7 +196,8 @@ def render(runs: list[dict], *, command: str, date: str, code: str) -> str:
         "rank's final weights (BatchNormalization's moving statistics included) and rank 0's. "
         "*to 1 rank at 2B*: the largest difference to the same script at 1 rank, batch 16, on "
         "the same global batches (rank 0's batch k, then rank 1's), with a plain optimizer and "
-        "no hvdtrain, from rank 0's initial weights (or the restored state).",
+        "no hvdtrain, from rank 0's initial weights (or the restored state). Horovod's own "
+        "API through hvdtrain runs in the same jobs: [horovod-api.md](horovod-api.md).",
         "",
     ]
     for run in runs:
@@ -205,28 +205,53 @@ def render(runs: list[dict], *, command: str, date: str, code: str) -> str:
                      f"job{'s' if run['jobs'] > 1 else ''}, {run['seconds']:.0f} s")
     lines += ["", "Verdicts:", ""]
     lines += [f"- `{name}`: {meaning}" for name, meaning in VERDICTS.items()]
+    library = [entry for entry in CASES if entry.family == "library"]
+    lines += ["", *case_table(runs, rows, library)]
+    lines += said(runs, rows, library)
+    return "\n".join(lines) + "\n"
+
+
+def case_table(runs: list[dict], rows: dict[str, dict[str, Row]], cases: list) -> list[str]:
+    """The table of ``cases``: per stack the verdict and its figures, then the note."""
+    labels = [STACKS[run["key"]] for run in runs]
     header = ["pattern"] + [part for label in labels
                             for part in (label, "across ranks", "to 1 rank at 2B")] + [
         "the case, and what it needs"]
-    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for entry in CASES:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for entry in cases:
         cells = [f"`{entry.name}`: {entry.title}"]
         for run in runs:
             row = rows[run["key"]][entry.name]
             cells += [row.verdict, figure(row.across), figure(row.to_2b)]
         contract = "the contract: 1 rank at 2B. " if entry.contract == EXACT else ""
         lines.append("| " + " | ".join(cell(c) for c in [*cells, contract + entry.note]) + " |")
+    return lines
+
+
+def said(runs: list[dict], rows: dict[str, dict[str, Row]], cases: list) -> list[str]:
+    """What each stack's runs of ``cases`` said: refusals, errors and checks, word for word."""
+    names = {entry.name for entry in cases}
+    lines = []
     for run in runs:
-        said = [row for row in rows[run["key"]].values() if row.detail]
+        words = [row for row in rows[run["key"]].values() if row.detail and row.case in names]
         lines += ["", f"## What the {STACKS[run['key']]} runs said", ""]
-        lines += [f"- `{row.case}` ({row.verdict}): {row.detail}" for row in said]
-    return "\n".join(lines) + "\n"
+        lines += [f"- `{row.case}` ({row.verdict}): {row.detail}" for row in words]
+    return lines
+
+
+def first_table(text: str) -> str:
+    """The first Markdown table in ``text``: its lines from the first that starts with "| "."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")),
+               len(lines))
+    return "\n".join(lines[start:end])
 
 
 def parse(text: str) -> dict[str, dict[str, str]]:
-    """The verdicts on the page: stack key -> case -> verdict."""
+    """The verdicts of the page's first table: stack key -> case -> verdict."""
     found: dict[str, dict[str, str]] = {}
-    table = [line for line in text.splitlines() if line.startswith("| ")]
+    table = first_table(text).splitlines()
     header = [c.strip() for c in table[0].strip("|").split(" | ")]
     columns = {key: header.index(label) for key, label in STACKS.items() if label in header}
     for line in table[1:]:

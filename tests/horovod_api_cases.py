@@ -13,8 +13,9 @@ from typing import Any, Callable
 import numpy as np
 
 from guarantees_worker import (BATCH, EXACT, NONE, RANKS, SEED, STEPS, Context, Outcome,
-                               adam, case, data, embedding_model, fit_pattern, loss, mlp,
-                               outcome, own_step_model, rows, sgd, trained_elsewhere, with_ids)
+                               adam, batch_norm_model, case, data, embedding_model, fit_pattern,
+                               loss, mlp, outcome, own_step_model, rows, sgd, trained_elsewhere,
+                               with_ids)
 
 HOROVOD = "horovod"
 
@@ -90,6 +91,11 @@ def hvd_own_train_step(ctx):
               broadcasts after that step), so 1 rank at 2B is not the contract; the ranks
               must agree.""")
 def hvd_tape_loop(ctx):
+    return Outcome(tape_loop(ctx).get_weights())
+
+
+def tape_loop(ctx: Context, **tape_options: Any) -> Any:
+    """tensorflow2_mnist.py's loop on this rank's batches, its tape given ``tape_options``."""
     tf = ctx.tf
     hvd = hvd_module()
     xs, ys = data()
@@ -98,14 +104,56 @@ def hvd_tape_loop(ctx):
     for step, batch in enumerate(rows(ctx.rank).reshape(STEPS, BATCH)):
         with tf.GradientTape() as tape:
             value = loss_fn(ys[batch], model(xs[batch], training=True))
-        tape = hvd.DistributedGradientTape(tape)
+        tape = hvd.DistributedGradientTape(tape, **tape_options)
         grads = tape.gradient(value, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         if step == 0:
             hvd.broadcast_variables(model.variables, root_rank=0)
             hvd.broadcast_variables(opt.variables() if callable(opt.variables)
                                     else opt.variables, root_rank=0)
-    return Outcome(model.get_weights())
+    return model
+
+
+@horovod_case("hvd_adasum_tape", "`DistributedGradientTape(op=hvd.Adasum)`", NONE,
+              """The same loop with Adasum, which combines the gradients by their directions,
+              not an average, so there is no 1 rank at 2B to equal; the ranks must agree.""")
+def hvd_adasum_tape(ctx):
+    return Outcome(tape_loop(ctx, op=hvd_module().Adasum).get_weights())
+
+
+@horovod_case("hvd_adasum_fit", "`DistributedOptimizer(op=hvd.Adasum)` in `fit`", NONE,
+              """Adasum through the optimizer in fit: hvdtrain's Keras 3 optimizer reduces
+              through its one reducer, Adasum too; Horovod's Keras 2 optimizer has no
+              Adasum.""")
+def hvd_adasum_fit(ctx):
+    return outcome(fit_pattern(ctx, wrapped(op=hvd_module().Adasum),
+                               callbacks=horovod_callbacks(), reference=False))
+
+
+@horovod_case("hvd_sync_batch_norm", "`hvd.SyncBatchNormalization`", EXACT,
+              """Dense, hvd.SyncBatchNormalization, Dense: the batch moments all-reduced over
+              the ranks, so 2 ranks at B normalize as 1 rank at 2B with Keras'
+              BatchNormalization (the reference), moving statistics included.""")
+def hvd_sync_batch_norm(ctx):
+    sync = hvd_module().SyncBatchNormalization
+    return outcome(fit_pattern(ctx, wrapped(
+        lambda c, r: batch_norm_model(c, r, sync if r == "rank" else None)),
+        callbacks=horovod_callbacks()))
+
+
+@horovod_case("hvd_best_checkpoint", "`callbacks.BestModelCheckpoint`", NONE,
+              """BestModelCheckpoint(filepath=..., monitor="val_loss") in a 2-epoch fit with
+              validation data, each rank given a path of its own: rank 0's file must exist,
+              the other ranks' not (only rank 0 writes).""")
+def hvd_best_checkpoint(ctx):
+    xs, ys = data()
+    path = ctx.out / f"hvd-best-rank{ctx.rank}.keras"
+    trained = fit_pattern(ctx, wrapped(), reference=False, callbacks=horovod_callbacks(
+        lambda hvd: hvd.callbacks.BestModelCheckpoint(filepath=str(path))),
+        fit_kw=lambda rank: {"epochs": 2, "validation_data": (xs[:BATCH], ys[:BATCH])})
+    written = ctx.dist.allgather_object(path.exists())
+    return outcome(trained, **{"written by rank 0 alone": [
+        written == [True] + [False] * (ctx.size - 1), repr(written)]})
 
 
 WARMUP_EPOCHS, SCHEDULE_FROM, LR_EPOCHS = 2, 2, 4
@@ -243,6 +291,7 @@ def hvd_control_not_wrapped(ctx):
               broadcast_object, allgather_object, join, each checked against the value it
               must give on 2 ranks.""")
 def hvd_collectives(ctx):
+    import horovod.tensorflow as horovod_tf
     import hvdtrain.horovod.tensorflow as hvd_tf
     tf = ctx.tf
     hvd = hvd_module()
@@ -268,6 +317,8 @@ def hvd_collectives(ctx):
         "broadcast_object": [hvd.broadcast_object({"from": r}, root_rank=0) == {"from": 0}, ""],
         "allgather_object": [hvd.allgather_object(r) == list(range(n)), ""],
         "join": [hvd.join() in range(n), ""],
+        "Horovod's own functions": [all(getattr(hvd, name) is getattr(horovod_tf, name)
+                                        for name in HOROVOD_OWN), ", ".join(HOROVOD_OWN)],
     }
     for check in checks.values():
         check[0] = bool(check[0])
@@ -309,6 +360,60 @@ def hvd_elastic_state(ctx):
     return outcome(trained, **{
         "epoch counted": [counted == (2, 0), f"epoch, batch: {counted}"],
         "restore() = the last commit": [restored, ""]})
+
+
+# Horovod's own functions, re-exported unchanged (they touch no Keras): hvd_collectives checks
+# that each is Horovod's.
+HOROVOD_OWN = ["shutdown", "start_timeline", "stop_timeline", "mpi_enabled", "mpi_built",
+               "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
+               "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
+               "add_process_set", "remove_process_set", "grouped_allgather"]
+
+# Horovod's public TF2/Keras names, each with the case that shows it works (the refused ones:
+# the case hvd_refusals records each refusal's line).
+NAMES = {
+    **dict.fromkeys(["init", "size", "rank", "local_size", "local_rank", "cross_size",
+                     "cross_rank", "is_initialized", "mpi_threads_supported", "allreduce",
+                     "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
+                     "join", "broadcast_object", "allgather_object", "Average", "Sum"],
+                    "hvd_collectives"),
+    "Compression.none": "hvd_fit", "Compression.fp16": "hvd_fp16",
+    "DistributedOptimizer": "hvd_fit", "DistributedOptimizer in an own train_step":
+        "hvd_own_train_step",
+    "DistributedOptimizer(backward_passes_per_step=)": "hvd_backward_passes",
+    "DistributedOptimizer(sparse_as_dense=)": "hvd_sparse_as_dense",
+    "DistributedGradientTape": "hvd_tape_loop", "broadcast_variables": "hvd_tape_loop",
+    "Adasum (DistributedGradientTape)": "hvd_adasum_tape",
+    "Adasum (DistributedOptimizer in fit)": "hvd_adasum_fit",
+    "SyncBatchNormalization": "hvd_sync_batch_norm",
+    "callbacks.BestModelCheckpoint": "hvd_best_checkpoint",
+    "load_model": "hvd_load_model",
+    "callbacks.BroadcastGlobalVariablesCallback": "hvd_fit",
+    "callbacks.MetricAverageCallback": "hvd_metric_average_only",
+    "callbacks.LearningRateWarmupCallback": "hvd_lr_callbacks",
+    "callbacks.LearningRateScheduleCallback": "hvd_lr_callbacks",
+    **dict.fromkeys(["elastic.KerasState", "elastic.CommitStateCallback",
+                     "elastic.UpdateBatchStateCallback", "elastic.UpdateEpochStateCallback"],
+                    "hvd_elastic_state"),
+}
+
+
+@horovod_case("hvd_refusals", "every refused name, called", NONE,
+              """Each name of Horovod's API that hvdtrain does not serve, called as a script
+              would: each must raise hvdtrain's one-line error (recorded word for word, for
+              the table of names).""")
+def hvd_refusals(ctx):
+    from hvdtrain.distributed.horovod_api import NOT_SERVED
+    from hvdtrain.errors import UserError
+    hvd = hvd_module()
+    checks = {}
+    for name in NOT_SERVED:
+        try:
+            getattr(hvd, name)()
+            checks[name] = [False, "no error"]
+        except UserError as e:
+            checks[name] = [True, str(e)]
+    return Outcome([np.zeros(1)], checks=checks)
 
 
 @horovod_case("hvd_refused_name", "a name Keras 3 and TF2 cannot serve", NONE,

@@ -131,8 +131,9 @@ def plain_optimizer_problem(model: Any) -> str | None:
         return None
     return (f"the model's optimizer ({type(optimizer).__name__}) is not distributed, so every "
             f"rank would train on its own gradients: compile with "
-            f"dist.distributed_optimizer(optimizer) (optimizer='adam' makes a plain one; a "
-            f"loaded model: model.compile(dist.distributed_optimizer(model.optimizer), ...))")
+            f"dist.distributed_optimizer(optimizer) (hvd.DistributedOptimizer(optimizer) in a "
+            f"Horovod script; optimizer='adam' makes a plain one; a loaded model: "
+            f"model.compile(dist.distributed_optimizer(model.optimizer), ...))")
 
 
 class ConsistencyCheck(tf.keras.callbacks.Callback):
