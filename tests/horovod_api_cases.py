@@ -114,6 +114,35 @@ def tape_loop(ctx: Context, **tape_options: Any) -> Any:
     return model
 
 
+@horovod_case("hvd_tape_in_function", "the tape loop's step a `tf.function`, broadcast inside",
+              NONE, """tensorflow2_synthetic_benchmark.py's pattern: the step (tape,
+              apply_gradients, and at the first batch the broadcasts of model.variables and
+              opt.variables) traced as a tf.function, so the broadcasts are graph ops; as the
+              loop above, the ranks must agree.""")
+def hvd_tape_in_function(ctx):
+    tf = ctx.tf
+    hvd = hvd_module()
+    xs, ys = data()
+    tf.keras.utils.set_random_seed(SEED + ctx.rank)
+    model, opt, loss_fn = mlp(ctx, "rank"), sgd(tf), loss(tf)
+
+    @tf.function
+    def step(x, y, first_batch):
+        with tf.GradientTape() as tape:
+            value = loss_fn(y, model(x, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(value, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        if first_batch:
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(opt.variables() if callable(opt.variables)
+                                    else opt.variables, root_rank=0)
+
+    for number, batch in enumerate(rows(ctx.rank).reshape(STEPS, BATCH)):
+        step(tf.constant(xs[batch]), tf.constant(ys[batch]), number == 0)
+    return Outcome(model.get_weights())
+
+
 @horovod_case("hvd_adasum_tape", "`DistributedGradientTape(op=hvd.Adasum)`", NONE,
               """The same loop with Adasum, which combines the gradients by their directions,
               not an average, so there is no 1 rank at 2B to equal; the ranks must agree.""")
@@ -383,6 +412,7 @@ NAMES = {
     "DistributedOptimizer(backward_passes_per_step=)": "hvd_backward_passes",
     "DistributedOptimizer(sparse_as_dense=)": "hvd_sparse_as_dense",
     "DistributedGradientTape": "hvd_tape_loop", "broadcast_variables": "hvd_tape_loop",
+    "broadcast_variables inside a tf.function": "hvd_tape_in_function",
     "Adasum (DistributedGradientTape)": "hvd_adasum_tape",
     "Adasum (DistributedOptimizer in fit)": "hvd_adasum_fit",
     "SyncBatchNormalization": "hvd_sync_batch_norm",

@@ -8,6 +8,7 @@ the name ``hvdtrain_broadcast_i``, after every rank has shown the same list of s
 """
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, Sequence
 
@@ -24,8 +25,15 @@ from hvdtrain.launch.watchdog import StallWatchdog
 
 def broadcast_by_position(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
     """``root_rank``'s values assigned to ``variables`` (TensorFlow variables) on every rank,
-    the i-th to the i-th. Every rank raises the same UserError when the ranks' lists differ."""
+    the i-th to the i-th. Every rank raises the same UserError when the ranks' lists differ.
+    Called while a tf.function is traced (Horovod's synthetic benchmark broadcasts inside its
+    step), the broadcasts become ops of that graph, unchecked: the check gathers Python
+    values, which a graph cannot (mismatched shapes then fail in Horovod's broadcast); each
+    call's broadcasts get names of their own, as two calls' run together in one graph."""
     variables = list(variables)
+    if not tf.executing_eagerly():
+        _assign_broadcast(variables, root_rank, f"hvdtrain_broadcast_g{next(_IN_GRAPH)}")
+        return
     layout = [(tuple(v.shape.as_list()), v.dtype.name) for v in variables]
     # Horovod: every rank's layout, so that all ranks see a mismatch and stop together.
     layouts = hvd.allgather_object(layout)
@@ -36,13 +44,17 @@ def broadcast_by_position(variables: Sequence[tf.Variable], root_rank: int = 0) 
         _assign_broadcast(variables, root_rank)
 
 
-def _assign_broadcast(variables: list[tf.Variable], root_rank: int) -> None:
+_IN_GRAPH = itertools.count()  # the calls traced into graphs, in the same order on every rank
+
+
+def _assign_broadcast(variables: list[tf.Variable], root_rank: int,
+                      prefix: str = "hvdtrain_broadcast") -> None:
     @tf.function(autograph=False)
     def assign_all() -> None:
         for i, variable in enumerate(variables):
             # Horovod: one broadcast per variable, named by its position alone (no name scope,
             # which Keras numbers per process), all submitted at once inside this graph.
-            variable.assign(hvd.broadcast(variable, root_rank, name=f"hvdtrain_broadcast_{i}",
+            variable.assign(hvd.broadcast(variable, root_rank, name=f"{prefix}_{i}",
                                           ignore_name_scope=True))
     assign_all()
 
