@@ -6,7 +6,7 @@ own work: the consistency check, rank 0's state broadcast by position before the
 (Horovod's broadcasts after it), the global metrics averaged on every rank, BatchNorm
 statistics in step, the stall watchdog. A script then gets hvdtrain's protections whichever
 of Horovod's callbacks it lists. The learning rate callbacks compute Horovod's formulas
-(``hvdtrain/horovod/schedules.py``) and set the rate on every rank alike.
+(``horovod_schedules.py``) and set the rate on every rank alike.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import horovod.tensorflow as hvd
 
 from hvdtrain.distributed import binding
 from hvdtrain.errors import UserError
-from hvdtrain.horovod import schedules
+from hvdtrain.distributed import horovod_schedules as schedules
 
 _HOOKS = ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
           "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hvdtrain.errors import UserError
-from hvdtrain.horovod import schedules
+from hvdtrain.distributed import horovod_schedules as schedules
 
 
 def test_warmup_goes_from_a_size_th_to_the_whole_rate_as_horovod_computes_it():
