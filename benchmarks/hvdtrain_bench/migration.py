@@ -21,7 +21,7 @@ from typing import Any
 
 from hvdtrain.errors import UserError
 from hvdtrain_bench import registry
-from hvdtrain_bench.shared import arguments, host, report, stats
+from hvdtrain_bench.shared import arguments, host, interleave, report, stats
 from hvdtrain_bench.shared.horovod_synthetic import FULL, QUICK, keras_major, measure_horovod
 
 TARGET = 1.0   # the issue's: no cost to migrate
@@ -52,26 +52,19 @@ def run(script: Path, horovod_python: str, *, quick: bool, rounds: int) -> dict[
                         f"{ours.get('keras')}) with Keras 2 (--horovod-venv: Keras "
                         f"{theirs.get('keras')}): run it with .venv and --horovod-venv "
                         f".venv-keras2")
-    measured: dict[int, list[dict[str, float]]] = {n: [] for n in plan.world_sizes}
-    loads = []
     with tempfile.TemporaryDirectory(prefix="hvdtrain-migration-") as tmp:
-        changed = migrated(script, Path(tmp))
-        sides = {"keras2": (script, horovod_python), "keras3": (changed, sys.executable)}
-        for i in range(rounds):
-            loads.append(host.load_average())
-            for ranks in plan.world_sizes:
-                order = ("keras2", "keras3") if i % 2 == 0 else ("keras3", "keras2")
-                row: dict[str, float] = {}
-                for side in order:
-                    report.say(f"migration: round {i + 1}/{rounds}, {side} on {ranks} "
-                               f"rank(s)...")
-                    path, python = sides[side]
-                    row[side] = measure_horovod(path, ranks, plan, python)
-                row["ratio"] = row["keras3"] / row["keras2"]
-                report.say(f"  Keras 2 (Horovod's module) {row['keras2']:.2f} img/s, Keras 3 "
-                           f"(hvdtrain.horovod) {row['keras3']:.2f} img/s: "
-                           f"{row['ratio']:.4f}x")
-                measured[ranks].append(row)
+        scripts = {horovod_python: script, sys.executable: migrated(script, Path(tmp))}
+
+        def measure(python: str) -> dict[str, Any]:
+            # Both world sizes in one turn of a stack: img/s at each.
+            return {str(ranks): measure_horovod(scripts[python], ranks, plan, python)
+                    for ranks in plan.world_sizes}
+
+        measured, loads = interleave.stack_rounds(
+            "migration", rounds, {"keras2": horovod_python, "keras3": sys.executable}, measure)
+    per_size = {ranks: [{"keras2": r["keras2"][str(ranks)], "keras3": r["keras3"][str(ranks)],
+                     "ratio": r["keras3"][str(ranks)] / r["keras2"][str(ranks)]}
+                    for r in measured] for ranks in plan.world_sizes}
     return {"script": str(script), "changes": [list(c) for c in CHANGES],
             "versions": {"keras3": ours, "keras2": theirs},
             "plan": {"rounds": rounds, "warmup_steps": plan.steps_per_repeat + 1,
@@ -81,7 +74,7 @@ def run(script: Path, horovod_python: str, *, quick: bool, rounds: int) -> dict[
                          "keras2_img_per_sec": stats.summarize([r["keras2"] for r in rows]),
                          "keras3_img_per_sec": stats.summarize([r["keras3"] for r in rows]),
                          "ratio": stats.ratio_summary([r["ratio"] for r in rows])}
-                        for ranks, rows in measured.items()]}
+                        for ranks, rows in per_size.items()]}
 
 
 def markdown(result: dict[str, Any]) -> str:
