@@ -175,18 +175,22 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) ->
 
 
 def fit_callbacks(root_rank: int = 0, *, consistency_check: bool = True,
-                  global_metrics: bool = True) -> list[tf.keras.callbacks.Callback]:
+                  global_metrics: bool = True, repeated_samples_stop: bool = True
+                  ) -> list[tf.keras.callbacks.Callback]:
     """For a library user's own ``model.fit``: the consistency check (``consistency.py``:
     unsharded data, an optimizer not distributed and ranks that drift apart stop every rank
     with one line), rank 0's initial state broadcast to every rank before the first step
     (after checking that every rank runs as many steps), the metrics read from their state
     added over the ranks (``global_metrics.py``; fit's and, from then on, the model's
     evaluate()'s), then averaged over ranks (what else a callback logged), the same
-    normalization statistics on every rank, and under Gloo a stall watchdog. Put them first."""
+    normalization statistics on every rank, and under Gloo a stall watchdog. Put them first.
+    ``repeated_samples_stop`` off (Horovod's API): ranks that drew mostly the same samples
+    in their first epoch are told so in one line, not stopped."""
     binding = _keras_binding()
     watchdog = stall_watchdog()
     broadcast = BroadcastInitialState(binding, root_rank)
-    check = [ConsistencyCheck(broadcast=broadcast)] if consistency_check else []
+    check = ([ConsistencyCheck(broadcast=broadcast, repeated_samples_stop=repeated_samples_stop)]
+             if consistency_check else [])
     exact = [GlobalMetrics()] if global_metrics else []
     return [*check, broadcast, *exact, binding.metric_average_callback(),
             batch_norm.statistics_average_callback(),  # the same statistics on every rank

@@ -90,13 +90,19 @@ def snapshot(phase: tuple, variables: Sequence[Any] = (), optimizer: Any = None,
 
 
 def compare(phase: tuple, when: str, variables: Sequence[Any], optimizer: Any,
-            samples: tuple[int, ...] = ()) -> None:
+            samples: tuple[int, ...] = (), *, repeated_stops: bool = True) -> None:
     """A collective: every rank raises the same UserError when the ranks are at different
-    check points, trained mostly the same ``samples`` (a MinHash signature), or their
-    ``variables`` or ``optimizer``'s hyperparameters differ."""
+    check points, trained mostly the same ``samples`` (a MinHash signature; unless
+    ``repeated_stops`` is off: then rank 0 says so in one line), or their ``variables`` or
+    ``optimizer``'s hyperparameters differ."""
     snapshots = gather(snapshot(phase, variables, optimizer, samples=samples))
-    problem = phase_problem(snapshots) or repeated_problem(snapshots) or difference_problem(
-        snapshots, when)
+    repeated = repeated_problem(snapshots)
+    if repeated and not repeated_stops:
+        say(f"{repeated.split(': ', 1)[0]}; Horovod's scripts may draw each rank's batches "
+            f"from the whole data set, but shards give each rank its own: "
+            f"dataset.shard(hvd.size(), hvd.rank()) before shuffle and batch")
+        repeated = None
+    problem = phase_problem(snapshots) or repeated or difference_problem(snapshots, when)
     if problem:
         raise UserError(problem, shared=True)
 
@@ -142,11 +148,15 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
     it must see each epoch before other callbacks change the optimizer. ``optimizer``: the
     one the loop steps (the custom loop's; else the model's). ``broadcast``: the callback
     that broadcasts rank 0's state (its ``done`` says whether the first step began from it);
-    None where the state was broadcast before training."""
+    None where the state was broadcast before training. ``repeated_samples_stop`` off: ranks
+    whose first epoch drew mostly the same samples are told so, not stopped (Horovod's
+    scripts draw each rank's batches from the whole data set, scaling the steps instead)."""
 
-    def __init__(self, *, optimizer: Any = None, broadcast: Any = None):
+    def __init__(self, *, optimizer: Any = None, broadcast: Any = None,
+                 repeated_samples_stop: bool = True):
         super().__init__()
         self._optimizer, self.broadcast = optimizer, broadcast
+        self.repeated_samples_stop = repeated_samples_stop
         self.epoch, self.first_step, self.first_epoch, self.training = 0, True, True, False
         self.record: BatchRecord | None = None
 
@@ -210,7 +220,8 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
         samples = self.record.first_epoch() if self.record and self.first_epoch else ()
         self.first_epoch = False
         compare(("epoch end", epoch), f"after epoch {epoch + 1}",
-                self.model.trainable_variables, self.optimizer, samples)
+                self.model.trainable_variables, self.optimizer, samples,
+                repeated_stops=self.repeated_samples_stop)
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.training = False

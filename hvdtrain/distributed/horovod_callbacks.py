@@ -11,6 +11,7 @@ of Horovod's callbacks it lists. The learning rate callbacks compute Horovod's f
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,11 @@ _HOOKS = ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
           "on_predict_batch_begin", "on_predict_batch_end")
 
 
+# Per model, the params of its latest fit and the callback that brought the protections into
+# it (not an attribute of the model: Keras would track it and copy the params).
+_RUNS: "weakref.WeakKeyDictionary[Any, tuple[dict, Any]]" = weakref.WeakKeyDictionary()
+
+
 class Protected(tf.keras.callbacks.Callback):
     """The base of the callbacks here: the first of them in a fit's list runs hvdtrain's
     ``fit_callbacks(root_rank)`` at each hook, before its own work. Fit gives every callback
@@ -43,10 +49,13 @@ class Protected(tf.keras.callbacks.Callback):
     def set_params(self, params: dict) -> None:
         super().set_params(params)
         model: Any = getattr(self, "_model", None) or getattr(self, "model", None)
-        owner = getattr(model, "hvdtrain_horovod_run", None)
+        owner = _RUNS.get(model)
         if owner is None or owner[0] is not params:
-            model.hvdtrain_horovod_run = (params, self)
-            self.protections = binding.fit_callbacks(self.root_rank)
+            _RUNS[model] = (params, self)
+            # Horovod's scripts draw each rank's batches from the whole data set (its examples
+            # shard nothing): the check says so, without stopping them.
+            self.protections = binding.fit_callbacks(self.root_rank,
+                                                     repeated_samples_stop=False)
             for callback in self.protections:
                 callback.set_model(model)
                 callback.set_params(params)

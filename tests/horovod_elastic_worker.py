@@ -1,0 +1,48 @@
+"""Launched by tests/multirank/test_horovod_api.py under horovodrun's elastic mode: Horovod's
+Keras elastic example (examples/elastic/tensorflow2/tensorflow2_keras_mnist_elastic.py, v0.28.1)
+as its users write it, on scikit-learn's digits, through ``import hvdtrain.horovod.tensorflow.keras
+as hvd``. Each rank writes its final weights and the state's epoch to OUT/rankR.npz.
+
+    python tests/horovod_elastic_worker.py OUT EPOCHS
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from sklearn.datasets import load_digits
+
+import hvdtrain.horovod.tensorflow.keras as hvd
+
+hvd.init()
+out, epochs = Path(sys.argv[1]), int(sys.argv[2])
+x, y = load_digits(return_X_y=True)
+dataset = (tf.data.Dataset.from_tensor_slices(((x / 16).astype("float32"), y)).repeat()
+           .shuffle(1000, seed=hvd.rank()).batch(32))
+tf.keras.utils.set_random_seed(hvd.rank())   # only rank 0's state, synced, may count
+model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(32, activation="relu"),
+                             tf.keras.layers.Dense(10)])
+lr = 0.05
+opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(lr * hvd.size(), momentum=0.9))
+model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              optimizer=opt, metrics=["accuracy"], jit_compile=False)
+
+
+def on_state_reset():
+    tf.keras.backend.set_value(state.model.optimizer.learning_rate, lr * hvd.size())
+
+
+state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+state.register_reset_callbacks([on_state_reset])
+callbacks = [hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+             hvd.elastic.UpdateEpochStateCallback(state)]
+
+
+@hvd.elastic.run
+def train(state):
+    state.model.fit(dataset, steps_per_epoch=20, epochs=epochs - state.epoch, callbacks=callbacks,
+                    verbose=2 if hvd.rank() == 0 else 0)
+
+
+train(state)
+np.savez(out / f"rank{hvd.rank()}.npz", epoch=state.epoch, *model.get_weights())
