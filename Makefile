@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launch/rank_process.py, hvdtrain/launch/launchers.py), not here.
 
-.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick compat image clean
+.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick bench-migration horovod-examples compat image clean
 
 install:
 	@$(call SETUP,$(STACK),$(VENV))
@@ -91,6 +91,26 @@ bench-check:
 	@test -n "$(HOROVOD_SYNTHETIC)" && test -f "$(HOROVOD_SYNTHETIC)" || { echo "make bench:" \
 	"set HOROVOD_SYNTHETIC to Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark.py" \
 	"(github.com/horovod/horovod, tag v0.28.1)" >&2; exit 2; }
+
+# A Horovod script moved to Keras 3 (issue 51): Horovod's tensorflow2_synthetic_benchmark.py
+# (HOROVOD_SYNTHETIC) through hvdtrain.horovod on .venv, against it unchanged with Horovod's own
+# module on .venv-keras2, at 1 and 2 ranks in interleaved rounds (about 15 minutes on 2 cores):
+# benchmarks/results/migration.md. On an idle machine only.
+bench-migration: bench-check
+	@$(call SETUP,keras3,.venv)
+	@$(call SETUP,keras2,.venv-keras2)
+	.venv/bin/hvdtrain bench migration --out benchmarks/results \
+		--horovod-synthetic $(HOROVOD_SYNTHETIC) --horovod-venv .venv-keras2 $(BENCH_ARGS)
+
+# Horovod's own TensorFlow 2 examples and test/parallel/test_tensorflow2_keras.py (tag v0.28.1 of
+# HOROVOD_REPO=path, a work tree or git directory of github.com/horovod/horovod) at $(NP) ranks on
+# .venv (Keras 3) against hvdtrain.horovod, their import line swapped (about 10 minutes on 2 cores;
+# not part of make test): benchmarks/results/horovod-examples (scripts/horovod_examples.py).
+horovod-examples:
+	@test -n "$(HOROVOD_REPO)" && test -e "$(HOROVOD_REPO)" || { echo "make horovod-examples:" \
+	"set HOROVOD_REPO to a checkout of github.com/horovod/horovod (tag v0.28.1)" >&2; exit 2; }
+	@$(call SETUP,keras3,.venv)
+	.venv/bin/python scripts/horovod_examples.py --horovod $(HOROVOD_REPO) --venv .venv --np $(NP)
 
 # A smoke test of every benchmark (a few minutes), into benchmarks/quick.
 bench-quick: install
