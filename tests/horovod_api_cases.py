@@ -416,7 +416,9 @@ def hvd_elastic_state(ctx):
 HOROVOD_OWN = ["shutdown", "start_timeline", "stop_timeline", "mpi_enabled", "mpi_built",
                "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
                "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
-               "add_process_set", "remove_process_set", "grouped_allgather"]
+               "add_process_set", "remove_process_set", "grouped_allgather",
+               "grouped_reducescatter", "Min", "Max", "Product", "is_homogeneous",
+               "gpu_available", "broadcast_object_fn"]
 
 # Horovod's public TF2/Keras names, each with the case that shows it works (the refused ones:
 # the case hvd_refusals records each refusal's line).

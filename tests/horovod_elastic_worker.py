@@ -1,4 +1,4 @@
-"""Launched by tests/multirank/test_horovod_api.py under horovodrun's elastic mode: Horovod's
+"""Launched by tests/multirank/test_horovod_elastic.py under horovodrun's elastic mode: Horovod's
 Keras elastic example (examples/elastic/tensorflow2/tensorflow2_keras_mnist_elastic.py, v0.28.1)
 as its users write it, on scikit-learn's digits, through ``import hvdtrain.horovod.tensorflow.keras
 as hvd``. Each rank writes its final weights and the state's epoch to OUT/rankR.npz.

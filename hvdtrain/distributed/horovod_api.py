@@ -16,11 +16,13 @@ import tensorflow as tf
 
 # Horovod: its own collectives, process sets and build facts; they serve any Keras.
 import horovod.tensorflow as hvd
-from horovod.tensorflow import (Adasum, Average, Compression, ProcessSet,  # noqa: F401
-                                Sum, add_process_set, allgather, allgather_object, alltoall,
-                                broadcast, broadcast_object, ccl_built, cross_rank, cross_size,
+from horovod.tensorflow import (Adasum, Average, Compression, Max, Min,  # noqa: F401
+                                ProcessSet, Product, Sum, add_process_set, allgather,
+                                allgather_object, alltoall, broadcast, broadcast_object,
+                                broadcast_object_fn, ccl_built, cross_rank, cross_size,
                                 cuda_built, ddl_built, global_process_set, gloo_built,
-                                gloo_enabled, grouped_allgather, grouped_allreduce,
+                                gloo_enabled, gpu_available, grouped_allgather,
+                                grouped_allreduce, grouped_reducescatter, is_homogeneous,
                                 is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                                 mpi_threads_supported, nccl_built, rank, reducescatter,
                                 remove_process_set, rocm_built, shutdown, size, start_timeline,
@@ -35,6 +37,8 @@ __all__ = [
     "cross_size", "cross_rank", "mpi_threads_supported", "mpi_enabled", "mpi_built",
     "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
     "rocm_built", "start_timeline", "stop_timeline", "Compression", "Average", "Sum", "Adasum",
+    "Min", "Max", "Product", "is_homogeneous", "gpu_available", "broadcast_object_fn",
+    "grouped_reducescatter",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "allreduce",
     "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall",
     "reducescatter", "join", "broadcast_object", "allgather_object", "broadcast_variables",
