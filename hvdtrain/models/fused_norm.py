@@ -44,12 +44,41 @@ def fuse_batch_norm(model: tf.keras.Model) -> int:
     return count
 
 
+def fuse_every_batch_norm(on: bool = True) -> None:
+    """From now on every plain ``BatchNormalization`` (made before or after) computes with the
+    fused kernel, as Keras 2's did; ``on`` False gives them Keras's own ``call`` back. For
+    scripts whose models hvdtrain does not build (Horovod's, through ``hvdtrain.horovod``).
+    The class keeps its name and config: a saved model loads anywhere. Keras 2: nothing."""
+    if not keras3_on_tensorflow():
+        return
+    keras_class = tf.keras.layers.BatchNormalization
+    own = vars(keras_class).get("hvdtrain_keras_call")
+    if on and own is None:
+        keras_class.hvdtrain_keras_call = keras_class.call
+
+        def call(self: Any, inputs: tf.Tensor, training: Any = None, mask: Any = None) -> Any:
+            if type(self) is not keras_class:   # a subclass's own semantics stay its own
+                return keras_class.hvdtrain_keras_call(self, inputs, training=training,
+                                                       mask=mask)
+            return _fused_call(self, inputs, training, mask)
+
+        keras_class.call = call
+    elif not on and own is not None:
+        keras_class.call = own
+        del keras_class.hvdtrain_keras_call
+
+
+def _keras_call(layer: Any) -> Any:
+    """Keras's own ``call`` of ``layer``'s class, also where fuse_every_batch_norm replaced it."""
+    return getattr(type(layer), "hvdtrain_keras_call", type(layer).call)
+
+
 def _fused_call(layer: Any, inputs: tf.Tensor, training: Any = None,
                 mask: Any = None) -> tf.Tensor:
     rank = len(inputs.shape)
     if (rank != 4 or layer.axis not in (3, -1) or mask is not None or layer.renorm
             or layer.synchronized):
-        return type(layer).call(layer, inputs, training=training, mask=mask)
+        return _keras_call(layer)(layer, inputs, training=training, mask=mask)
     # As Keras 3 does: float32 statistics whatever the compute dtype, the output in it.
     x = tf.cast(inputs, tf.float32)
     gamma = layer.gamma if layer.scale else tf.ones_like(layer.moving_mean)

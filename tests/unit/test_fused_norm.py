@@ -143,3 +143,33 @@ def test_a_model_fused_before_it_is_built_trains_on_the_fused_kernel():
     assert fused_norm.fuse_batch_norm(model) == 1
     _train(model, epochs=1)
     assert FUSED_OP in _op_types(model)
+
+
+@pytest.fixture
+def every_batch_norm_fused():
+    fused_norm.fuse_every_batch_norm()
+    yield
+    fused_norm.fuse_every_batch_norm(False)
+
+
+@pytest.mark.keras3_only
+def test_every_batch_norm_fused_trains_as_keras_own_and_can_be_undone(every_batch_norm_fused):
+    # For models hvdtrain does not build (a Horovod script's, through hvdtrain.horovod's init).
+    fused = _model()
+    assert FUSED_OP in _op_types(fused)
+    assert type(fused.layers[2]) is layers.BatchNormalization   # the class stays Keras's own
+    candidate = _train(fused, epochs=3)
+    fused_norm.fuse_every_batch_norm(False)
+    plain = _model()
+    assert FUSED_OP not in _op_types(plain)   # control: undone, Keras's own path again
+    assert largest_difference(_train(plain, epochs=3), candidate) < 1e-4
+
+
+@pytest.mark.keras3_only
+def test_every_batch_norm_fused_leaves_a_subclass_its_own_call(every_batch_norm_fused):
+    class Own(layers.BatchNormalization):
+        pass
+
+    inputs = tf.keras.Input(SHAPE)
+    model = tf.keras.Model(inputs, Own()(layers.Conv2D(4, 3)(inputs)))
+    assert FUSED_OP not in _op_types(model)

@@ -18,9 +18,9 @@ LAYERS = [
     ["hvdtrain.config"],
     ["hvdtrain.launch"],        # no Horovod: what a rank sets before hvd.init()
     ["hvdtrain.distributed"],   # the only package that imports Horovod
-    ["hvdtrain.horovod"],       # Horovod's own API for Horovod's scripts, on distributed
     ["hvdtrain.data"],
     ["hvdtrain.models"],
+    ["hvdtrain.horovod"],       # Horovod's own API for Horovod's scripts: distributed, models
     ["hvdtrain.training"],
     ["hvdtrain.install"],
     ["hvdtrain.testing"],

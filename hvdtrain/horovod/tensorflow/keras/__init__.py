@@ -5,6 +5,7 @@ from hvdtrain.distributed.horovod_api import __getattr__  # noqa: F401  (the ref
 # The Keras API's own: value-in, value-out collectives, its optimizer and load_model.
 from hvdtrain.distributed.horovod_keras import (  # type: ignore[assignment]  # noqa: F401
     DistributedOptimizer, allgather, allreduce, broadcast, load_model, reducescatter)
+from hvdtrain.horovod.tensorflow import init  # noqa: F401  (with the fused BatchNormalization)
 from hvdtrain.horovod.tensorflow.keras import callbacks, elastic  # noqa: F401
 
 __all__ = [*_names, "load_model", "callbacks", "elastic"]
