@@ -16,7 +16,7 @@ from helpers import ROOT
 from hvdtrain.models import registry
 from hvdtrain.config import ModelConfig, model_catalog, overrides, presets
 from hvdtrain.errors import UserError
-from hvdtrain_bench.shared import workloads
+from hvdtrain.bench.shared import workloads
 
 
 def _forward(model: tf.keras.Model, input_shape, batch: int = 2) -> np.ndarray:
