@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from hvdtrain_bench.shared import host, plans, report, stats, trainer_job  # noqa: E402
-from hvdtrain_bench.shared.workloads import WORKLOADS  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hvdtrain.bench.shared import host, plans, report, stats, trainer_job  # noqa: E402
+from hvdtrain.bench.shared.workloads import WORKLOADS  # noqa: E402
 
 ALONE, PAIR, TOGETHER = "alone", "side by side", "2-rank job"
 

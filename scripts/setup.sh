@@ -138,8 +138,8 @@ sys.exit(importlib.util.find_spec("horovod") is not None and not h.built_in_plac
 "$PY" -m hvdtrain.cli setup horovod "${rebuild[@]}" || die "the Horovod build failed (its output is above)"
 
 # 5. hvdtrain itself, editable, so the checkout is what runs (again where an older editable
-# install does not know a package the checkout has since gained, such as hvdtrain_bench).
-if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain, hvdtrain_bench' 2>/dev/null; then
+# install does not know a package the checkout has since gained, such as hvdtrain.bench).
+if ! has_version hvdtrain "" || ! "$PY" -c 'import hvdtrain.bench' 2>/dev/null; then
     say "installing hvdtrain (editable)"
     "${PIP[@]}" install --no-deps --no-build-isolation -e .
 fi

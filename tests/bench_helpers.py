@@ -1,5 +1,5 @@
 """What the benchmarks' test files share (``from bench_helpers import ...``): a result's machine
-record, as ``hvdtrain_bench.shared.host.machine`` writes it."""
+record, as ``hvdtrain.bench.shared.host.machine`` writes it."""
 from __future__ import annotations
 
 MACHINE = {"cpu": "cpu", "cores": 2, "memory_gib": 1, "os": "os", "python": "3",

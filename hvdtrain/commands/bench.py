@@ -1,8 +1,8 @@
-"""``hvdtrain bench NAME``: the benchmarks of hvdtrain_bench.registry, one subcommand each.
+"""``hvdtrain bench NAME``: the benchmarks of hvdtrain.bench.registry, one subcommand each.
 
-The benchmarks are a package of their own (``hvdtrain_bench``, benchmarks/hvdtrain_bench in a
-checkout, shipped in the same wheel); this module is the one place the runtime package reaches
-them, and it imports them only when ``hvdtrain bench`` is the command run.
+The benchmarks are hvdtrain's subpackage ``hvdtrain.bench``; this module is the one place the
+rest of hvdtrain reaches them, and it imports them only when ``hvdtrain bench`` is the command
+run.
 """
 from __future__ import annotations
 
@@ -19,16 +19,8 @@ HELP = ("scaling benchmarks: figures as JSON, Markdown tables and PNG plots ('hv
 
 
 def _bench_module(name: str) -> ModuleType:
-    """hvdtrain_bench.NAME; UserError when the benchmarks are not installed beside hvdtrain
-    (an editable install made before they moved out of hvdtrain/: install it again)."""
-    try:
-        return importlib.import_module(f"hvdtrain_bench.{name}")
-    except ModuleNotFoundError as e:
-        if e.name not in ("hvdtrain_bench", f"hvdtrain_bench.{name}"):
-            raise
-        raise UserError("the benchmarks (package hvdtrain_bench) are not installed in this "
-                        "environment: install hvdtrain again (in a checkout: pip install -e "
-                        ".)") from None
+    """hvdtrain.bench.NAME, loaded when ``hvdtrain bench`` runs (not at the CLI's import)."""
+    return importlib.import_module(f"hvdtrain.bench.{name}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -122,7 +122,7 @@ class Entry:
     # --launcher, doctor's smoke tests, the tests' launcher parameter).
     multi_rank: bool
     # Binds each rank to its own core under bind_to_core; where False, a benchmark rank pins
-    # itself (hvdtrain_bench.shared.launch.pin_to_own_core) so that every launcher gives the
+    # itself (hvdtrain.bench.shared.launch.pin_to_own_core) so that every launcher gives the
     # same budget.
     binds_cores: bool
     # Horovod: the controller its ranks join (world.controller), which doctor's smoke test

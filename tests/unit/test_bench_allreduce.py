@@ -5,8 +5,8 @@ from dataclasses import asdict
 
 import pytest
 
-from hvdtrain_bench import allreduce
-from hvdtrain_bench.shared import collectives, targets
+from hvdtrain.bench import allreduce
+from hvdtrain.bench.shared import collectives, targets
 
 def test_bus_bandwidth_follows_nccl_tests():
     algbw, busbw = collectives.bandwidths(nbytes=1 << 20, seconds=1e-3, ranks=4)

@@ -10,8 +10,8 @@ import pytest
 from helpers import hvdtrain, launcher_env
 from hvdtrain.errors import UserError
 from hvdtrain.launch import launchers, placement
-from hvdtrain_bench.shared import cluster_figures, cost_model
-from hvdtrain_bench.shared.cost_model import Link
+from hvdtrain.bench.shared import cluster_figures, cost_model
+from hvdtrain.bench.shared.cost_model import Link
 
 
 def figures(rank: int, job: tuple[list[int], list[float]], alone: tuple[list[int], list[float]]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain_bench import input as input_bench
+from hvdtrain.bench import input as input_bench
 
 def test_input_rows_pair_each_model_with_the_sources_of_its_input():
     raw = {"steps": [{"model": "mlp", "preset": "digits-mlp", "shape": [8, 8, 1],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hvdtrain.errors import UserError
-from hvdtrain_bench import migration
+from hvdtrain.bench import migration
 
 HOROVOD_LINES = """import tensorflow as tf
 import horovod.tensorflow as hvd

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain_bench import ops
+from hvdtrain.bench import ops
 
 def test_an_ops_own_time_leaves_out_the_events_nested_in_it():
     # One thread: the executor's event around a convolution that encloses a relu that encloses

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain_bench import peers
+from hvdtrain.bench import peers
 
 def test_epoch_rates_and_the_time_to_accuracy():
     assert peers.epoch_rates([1.0, 2.0, 2.5], 100) == [100.0, 200.0]

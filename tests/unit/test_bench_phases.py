@@ -8,7 +8,7 @@ import json
 import pytest
 
 from hvdtrain.errors import UserError
-from hvdtrain_bench.shared import jobs, timeline
+from hvdtrain.bench.shared import jobs, timeline
 
 
 def timeline_of(steps: list[list[tuple[str, float, float]]], tensors: int) -> str:
@@ -78,7 +78,7 @@ def test_the_share_of_the_all_reduce_during_backprop_is_what_ran_before_the_last
 
 
 def test_bench_phases_reports_the_bucketed_step_against_the_one_bucket_step_of_its_round():
-    from hvdtrain_bench import phases
+    from hvdtrain.bench import phases
 
     def job(step_ms: float, during: float) -> dict:
         return {"stack": "s", "step_ms": step_ms, "gradients": 3, "during_backprop": during,
@@ -124,7 +124,7 @@ def test_the_gradients_bytes_are_read_from_where_horovod_ends_each_all_reduce():
 
 
 def test_bench_phases_holds_each_all_reduce_after_backprop_against_raw_mpi_of_its_bytes():
-    from hvdtrain_bench import phases
+    from hvdtrain.bench import phases
 
     def job(allreduce_ms: float, during: float = 0.0, nbytes: int = 1_000_000,
             raw_ms: float | None = None) -> dict:
@@ -168,8 +168,8 @@ def test_bench_phases_holds_each_all_reduce_after_backprop_against_raw_mpi_of_it
 
 def test_bench_phases_runs_this_stack_once_more_with_another_horovod_build(monkeypatch,
                                                                           tmp_path):
-    from hvdtrain_bench import phases
-    from hvdtrain_bench.shared import host, plots, report
+    from hvdtrain.bench import phases
+    from hvdtrain.bench.shared import host, plots, report
 
     def job(workload, plan, work_dir, python, settings=(), env=None, raw_mpi=False) -> dict:
         ran.append((settings, env, raw_mpi))
@@ -200,7 +200,7 @@ def test_bench_phases_runs_this_stack_once_more_with_another_horovod_build(monke
 
 
 def test_bench_phases_refuses_another_horovod_folder_without_horovod(tmp_path):
-    from hvdtrain_bench import phases
+    from hvdtrain.bench import phases
 
     args = argparse.Namespace(other_horovod=tmp_path, bucket_mb=None, quick=True, models=None,
                               rounds=None, venv=None, other_venv=None, out=str(tmp_path))

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from hvdtrain_bench import project
-from hvdtrain_bench.shared import collectives, cost_model, paper, targets
-from hvdtrain_bench.shared.cost_model import Link
+from hvdtrain.bench import project
+from hvdtrain.bench.shared import collectives, cost_model, paper, targets
+from hvdtrain.bench.shared.cost_model import Link
 
 # bench allreduce's 2-rank medians at 4 KiB as committed (benchmarks/results/allreduce.json):
 # raw MPI_Allreduce 3.9 us, Horovod/MPI 325.8 us; Horovod/MPI's best bus bandwidth 2.99 GB/s.

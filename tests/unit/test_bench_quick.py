@@ -9,9 +9,9 @@ import warnings
 import pytest
 
 from helpers import assert_ok, hvdtrain, keras_major, run_job
-from hvdtrain_bench import allreduce, peers, phases
-from hvdtrain_bench import input as input_bench
-from hvdtrain_bench.shared import against_raw, collectives, plans, steps, targets
+from hvdtrain.bench import allreduce, peers, phases
+from hvdtrain.bench import input as input_bench
+from hvdtrain.bench.shared import against_raw, collectives, plans, steps, targets
 
 @pytest.mark.multirank
 # Its checks are of sense, not of speed (rates above zero, figures recomputed from the rates,

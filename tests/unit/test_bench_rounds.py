@@ -10,9 +10,9 @@ import statistics
 import sys
 
 from bench_helpers import MACHINE
-from hvdtrain_bench import registry, scaling, suite
-from hvdtrain_bench.shared import host, plain_job, plans, stats, training_rounds
-from hvdtrain_bench.shared.training_rounds import PLAIN
+from hvdtrain.bench import registry, scaling, suite
+from hvdtrain.bench.shared import host, plain_job, plans, stats, training_rounds
+from hvdtrain.bench.shared.training_rounds import PLAIN
 
 
 def test_the_rounds_interleave_every_side_of_every_stack():

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from hvdtrain_bench import scaling
-from hvdtrain_bench.shared import horovod_synthetic, plans, stats, steps
+from hvdtrain.bench import scaling
+from hvdtrain.bench.shared import horovod_synthetic, plans, stats, steps
 
 def test_total_rate_counts_every_rank_at_the_slowest_ranks_time():
     per_rank = [{"samples": [100, 100], "seconds": [1.0, 2.0]},

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from hvdtrain_bench import stacks
-from hvdtrain_bench.shared import stats, steps
+from hvdtrain.bench import stacks
+from hvdtrain.bench.shared import stats, steps
 
 def test_stack_ratios_are_per_round_medians_and_wide_spreads_are_noise():
     row = lambda rate: {"batch_size_per_rank": 32, "per_rank_samples_per_sec": {"median": rate}}

@@ -8,8 +8,8 @@ import pytest
 
 from bench_helpers import MACHINE
 from hvdtrain.errors import UserError
-from hvdtrain_bench import registry, suite
-from hvdtrain_bench.shared import host, stats
+from hvdtrain.bench import registry, suite
+from hvdtrain.bench.shared import host, stats
 
 def test_readme_block_is_replaced_and_a_missing_block_is_refused(tmp_path):
     readme = tmp_path / "README.md"

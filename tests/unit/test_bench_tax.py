@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench_helpers import MACHINE
-from hvdtrain_bench import tax
+from hvdtrain.bench import tax
 
 def test_the_tax_is_a_per_round_median_and_wide_spreads_are_noise():
     # Round 2 ran on a slower machine for both sides: the per-round ratio cancels it.

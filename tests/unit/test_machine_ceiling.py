@@ -2,7 +2,7 @@
 (``launch.launch_command``'s ``core``), which ``trainer_job.measure`` passes on."""
 from __future__ import annotations
 
-from hvdtrain_bench.shared import launch
+from hvdtrain.bench.shared import launch
 
 
 def test_each_job_of_the_pair_is_bound_to_its_own_core():

@@ -1,7 +1,7 @@
 """hvdtrain.models.registry: every registered model builds and outputs [batch, num_classes]
 logits at the smallest input its catalog row admits, and refuses a smaller one; the registry, the
-config's help, the README and the benchmarks' workloads name the catalog's models; user models
-given as package.module:function; every user mistake is a UserError."""
+config's help, docs/configuration.md and the benchmarks' workloads name the catalog's models;
+user models given as package.module:function; every user mistake is a UserError."""
 from __future__ import annotations
 
 import re
@@ -16,7 +16,7 @@ from helpers import ROOT
 from hvdtrain.models import registry
 from hvdtrain.config import ModelConfig, model_catalog, overrides, presets
 from hvdtrain.errors import UserError
-from hvdtrain_bench.shared import workloads
+from hvdtrain.bench.shared import workloads
 
 
 def _forward(model: tf.keras.Model, input_shape, batch: int = 2) -> np.ndarray:
@@ -76,10 +76,11 @@ def test_the_registry_builds_the_catalogs_models_with_their_own_builders():
 
 
 # ---------------------------------------------------------------------------------------------
-# The other lists of models: the config's help, the README, the benchmarks' workloads
+# The other lists of models: the config's help, docs/configuration.md, the benchmarks' workloads
 
 def readme_models(readme: str) -> list[str]:
-    """The names in the README's **Models** paragraph, before its "Your own" (a user model)."""
+    """The names in docs/configuration.md's **Models** paragraph, before its "Your own" (a user
+    model)."""
     paragraph = readme.split("**Models** (`model.name`):", 1)[1].split("\n\n", 1)[0]
     return re.findall(r"`(\w+)`", paragraph.split("Your own", 1)[0])
 
@@ -89,10 +90,10 @@ def unlisted(text: str, names: list[str]) -> list[str]:
     return [n for n in names if not re.search(rf"\b{re.escape(n)}\b", text)]
 
 
-def test_the_readme_lists_the_registered_models():
-    listed = readme_models((ROOT / "README.md").read_text())
+def test_the_configuration_doc_lists_the_registered_models():
+    listed = readme_models((ROOT / "docs" / "configuration.md").read_text())
     assert sorted(listed) == sorted(model_catalog.names()), listed
-    # Control: a README that leaves models out differs (its user model is not counted).
+    # Control: a page that leaves models out differs (its user model is not counted).
     left_out = "**Models** (`model.name`): `mlp`, `cnn` (images).\nYour own: `a.b:c`.\n\n"
     assert readme_models(left_out) == ["mlp", "cnn"]
     assert sorted(readme_models(left_out)) != sorted(model_catalog.names())

@@ -24,7 +24,7 @@ LAYERS = [
     ["hvdtrain.training"],
     ["hvdtrain.install"],
     ["hvdtrain.testing"],
-    ["hvdtrain.commands"],
+    ["hvdtrain.commands", "hvdtrain.bench"],   # `hvdtrain bench` and the benchmarks
     ["hvdtrain.cli", "hvdtrain.listeners"],   # the entry points
 ]
 
