@@ -251,7 +251,7 @@ def first_table(text: str) -> str:
 def parse(text: str) -> dict[str, dict[str, str]]:
     """The verdicts of the page's first table: stack key -> case -> verdict."""
     found: dict[str, dict[str, str]] = {}
-    table = first_table(text).splitlines()
+    table = [line for line in first_table(text).splitlines() if line.startswith("| ")]
     header = [c.strip() for c in table[0].strip("|").split(" | ")]
     columns = {key: header.index(label) for key, label in STACKS.items() if label in header}
     for line in table[1:]:

@@ -11,7 +11,6 @@ import importlib
 from types import ModuleType
 
 from hvdtrain.commands.parsing import Parser
-from hvdtrain.errors import UserError
 
 NAME = "bench"
 HELP = ("scaling benchmarks: figures as JSON, Markdown tables and PNG plots ('hvdtrain bench "
