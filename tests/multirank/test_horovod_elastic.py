@@ -12,7 +12,8 @@ import pytest
 from helpers import ROOT, assert_ok
 from hvdtrain.testing.jobs import run_job
 
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(400)]
+# In the lane beside the main one: horovodrun's elastic driver mostly waits (marker "beside").
+pytestmark = [pytest.mark.multirank, pytest.mark.beside, pytest.mark.timeout(400)]
 
 WORKER = ROOT / "tests" / "horovod_elastic_worker.py"
 EPOCHS = 3
