@@ -18,6 +18,7 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 from hvdtrain.launch import rank_env
+from hvdtrain.distributed.step_guard import guard_steps
 from hvdtrain.distributed.world import controller
 from hvdtrain.errors import UserError
 from hvdtrain.launch.watchdog import StallWatchdog
@@ -108,6 +109,7 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
                             "XLA lowering: compile with jit_compile=False")
         self.binding.check_fit_start(self.model)
         same_steps(self.params.get("steps"))
+        guard_steps(self.model)  # before the first step's wrapper, which puts it back
         if self.done:
             return
         if self.model.built and self.model.variables:
@@ -152,8 +154,8 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
 def same_steps(steps: int | None) -> None:
     """Every rank raises the same UserError when the ranks would run different numbers of
     steps: the rank with more batches would wait forever in an all-reduce its peers never
-    join. ``steps`` None (a dataset of unknown length) is not checked here: the stall abort
-    bounds that wait (``dist.init(stall_abort_s=...)``)."""
+    join. ``steps`` None (a dataset of unknown length) is checked where a rank runs out
+    (``step_guard.py``)."""
     # Horovod: every rank's step count, so that all ranks take the same branch.
     counts = hvd.allgather_object(steps)
     if None in counts or len(set(counts)) == 1:

@@ -17,7 +17,8 @@ import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig, capabilities
 from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
-from hvdtrain.distributed.reducer import mark_reduced, refuse_reduced
+from hvdtrain.distributed.reducer import mark_reduced, reduce_gradients, refuse_reduced
+from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
 
@@ -48,8 +49,28 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: Hor
     if _variables(optimizer):
         distributed.hvdtrain_state_from = optimizer
     distributed.hvdtrain_distributed = True  # the consistency check asks
+    _reduce_with_hvdtrain(distributed, options)
     _reduce_exactly_once(distributed)
     return distributed
+
+
+def _reduce_with_hvdtrain(distributed: Any, options: HorovodConfig) -> None:
+    """Horovod's optimizer keeps its flow (which gradients, when, accumulation over backward
+    passes), but what all-reduces them is hvdtrain's reducer, as on Keras 3: one flat tensor,
+    so a variable with a gradient on some ranks only fails at once, named by step_guard.py,
+    where Horovod's per-tensor all-reduces would wait for a tensor one rank never sends."""
+    def reduce(grads: Sequence[Any], variables: Sequence[Any]) -> list[Any]:
+        grads = list(grads)
+        record_layout(distributed, grads, list(variables))
+        return reduce_gradients(grads, options)
+
+    # Horovod: its _allreduce (and the accumulation helper, which took the function when it
+    # was made) calls _allreduce_grads on the gradients to reduce.
+    distributed._allreduce_grads = reduce
+    helper = getattr(distributed, "_agg_helper", None)
+    for name in ("_allreduce_grads", "allreduce_grads"):  # the graph and the eager helper
+        if hasattr(helper, name):
+            setattr(helper, name, reduce)
 
 
 def _built_state(name: str, value: Any) -> bool:
@@ -124,24 +145,47 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) ->
     draw_own_random_numbers(root_rank)
 
 
-# The global seed this module set last, and the user's seed it was derived from.
-_OWN_SEED: dict[str, int | None] = {"set": None, "base": None}
+# What this rank adds to the seeds of Keras' random layers, once a broadcast set it.
+_SEED_OFFSET = {"value": 0}
 
 
 def draw_own_random_numbers(root_rank: int) -> None:
-    """Each rank's random ops (Dropout, noise) draw their own numbers. Keras 2 seeds them from
-    TensorFlow's global seed when a train function is traced, so ranks seeded alike (as the
-    trainer and tf.keras.utils.set_random_seed users do) would give sample i of every rank's
-    batch the same dropout mask. Rank r's global seed becomes the user's plus
-    ``seed_offset``: distinct, the same for a given seed and world size; unseeded, nothing to do."""
-    from tensorflow.python.eager import context  # the global seed has no public getter
-    seed = context.global_seed()
-    if seed is None:
+    """Each rank's random layers (Dropout, noise, augmentation) draw their own numbers. Keras 2
+    seeds them from TensorFlow's global seed, so ranks seeded alike (as the trainer and
+    tf.keras.utils.set_random_seed users do) would give sample i of every rank's batch the same
+    dropout mask. The global seed itself stays the user's: unseeded tf.data shuffles read it,
+    and a shuffle-then-shard pipeline needs the same order on every rank. Instead each seed a
+    random layer draws gets ``seed_offset`` added: distinct on every rank, the same for a
+    given seed and world size; unseeded, the layers draw per process already."""
+    _SEED_OFFSET["value"] = seed_offset(root_rank)
+    _offset_layer_seeds()
+
+
+def _offset_layer_seeds() -> None:
+    from keras.src import backend  # type: ignore[import-untyped]  # Keras 2.15's RandomGenerator
+    from tensorflow.python.framework import random_seed  # the seed an unseeded op would take
+    generator = backend.RandomGenerator
+    if getattr(generator.make_legacy_seed, "hvdtrain_offset", False):
         return
-    if seed != _OWN_SEED["set"]:
-        _OWN_SEED["base"] = seed  # the user's own (again, or new)
-    _OWN_SEED["set"] = int(_OWN_SEED["base"] or 0) + seed_offset(root_rank)
-    tf.random.set_seed(_OWN_SEED["set"])
+    legacy, stateless = generator.make_legacy_seed, generator.make_seed_for_stateless_op
+
+    def make_legacy_seed(self: Any) -> int | None:
+        seed, offset = legacy(self), _SEED_OFFSET["value"]
+        if offset and seed is None:
+            global_seed, seed = random_seed.get_seed(None)  # the op seed TF would pick
+            if global_seed is None:
+                return None  # unseeded: every process draws its own
+        return seed if seed is None or not offset else seed + offset
+
+    def make_seed_for_stateless_op(self: Any) -> Any:
+        seed = stateless(self)  # [seed, 0] for a stateless layer; a generator's draws are its own
+        if not isinstance(seed, list) or not _SEED_OFFSET["value"]:
+            return seed
+        return [seed[0] + _SEED_OFFSET["value"], *seed[1:]]
+
+    make_legacy_seed.hvdtrain_offset = True  # type: ignore[attr-defined]
+    generator.make_legacy_seed = make_legacy_seed
+    generator.make_seed_for_stateless_op = make_seed_for_stateless_op
 
 
 def build_optimizer(optimizer: tf.keras.optimizers.Optimizer,

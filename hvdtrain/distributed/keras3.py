@@ -25,6 +25,7 @@ from horovod.common.elastic import ObjectState
 from hvdtrain.config import HorovodConfig, capabilities
 from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
 from hvdtrain.distributed.reducer import mark_reduced, reduce_gradients, refuse_reduced
+from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
@@ -67,6 +68,7 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: Hor
         # at the update step only (``_clip_gradients``).
         grads = list(grads)
         refuse_reduced(grads)
+        record_layout(self, grads, trainable_variables or self._trainable_variables)
         self.hvdtrain_applied = True  # set while the train step is traced: see check_first_step
         if steps == 1:
             grads = reduce_gradients(grads, options)

@@ -1,6 +1,7 @@
 """The one place gradients are reduced across ranks: the Keras 3 optimizer wrapper, the Keras 3
-tape stand-in and the custom loop's accumulated gradients all call ``reduce_gradients``, as
-Horovod's optimizer, tape and accumulation all call its ``_make_allreduce_grads_fn``.
+tape stand-in, Keras 2's DistributedOptimizer (through its ``_allreduce_grads``) and the custom
+loop's accumulated gradients all call ``reduce_gradients``, as Horovod's optimizer, tape and
+accumulation all call its ``_make_allreduce_grads_fn``.
 
 Also the record of what a distributed tape returned (on either Keras), so that a distributed
 optimizer refuses to reduce those gradients a second time."""
