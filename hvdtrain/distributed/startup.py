@@ -14,6 +14,7 @@ import horovod.tensorflow as hvd
 from hvdtrain.launch import placement, rank_env
 from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.agreement import agree_or_fail
+from hvdtrain.distributed import writers
 from hvdtrain.distributed.binding import keras_version
 from hvdtrain.distributed.world import World, controller
 from hvdtrain.errors import UserError
@@ -44,13 +45,20 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     # Horovod: the place among the ranks of this host, which decides the GPU.
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
-    placed, problem = _pin_device(local_rank, local_size, device)
     share = placement.threads_per_rank(*placement.cores_available(), local_size)
     intra = intra_op_threads or share
     inter = inter_op_threads or min(2, share)
-    tf.config.threading.set_intra_op_parallelism_threads(intra)
-    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    try:
+        placed, problem = _pin_device(local_rank, local_size, device)
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError as error:  # TensorFlow's devices and threads are fixed at its first op
+        raise UserError(f"TensorFlow ran an op before Horovod's init, so this rank's device "
+                        f"and threads can no longer be set ({error}): call dist.init() "
+                        f"(hvd.init()) before any TensorFlow op, model or tensor") from None
 
+    if size > 1:
+        writers.write_safely()  # model files and TensorBoard on every rank: see writers.py
     world = World(rank, size, local_rank, local_size, controller(), placed, intra, inter,
                   stack_description())
     if elastic and problem:
