@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import horovod_keras_tests as shared
+from hvdtrain.bench.shared import horovod_synthetic as synthetic
 from horovod_keras_tests import Edit
 
 ROOT = shared.ROOT
@@ -40,13 +41,11 @@ LOGS = ROOT / "runs" / "horovod-examples"
 BENCH_ARGS = ("--model", "MobileNetV2", "--batch-size", "8", "--num-batches-per-iter", "2",
               "--num-iters", "3", "--no-cuda")
 
-IMPORT_TF = Edit("import line swapped", "import horovod.tensorflow as hvd\n",
-                 "import hvdtrain.horovod.tensorflow as hvd\n")
+IMPORT_TF = Edit("import line swapped", *synthetic.TF_IMPORT)
 IMPORT_KERAS = Edit("import line swapped", "import horovod.tensorflow.keras as hvd\n",
                     "import hvdtrain.horovod.tensorflow.keras as hvd\n")
 OPT_VARIABLES = Edit("Keras 3: Optimizer.variables is a property, not a method",
-                     "hvd.broadcast_variables(opt.variables(), root_rank=0)",
-                     "hvd.broadcast_variables(opt.variables, root_rank=0)")
+                     *synthetic.OPT_VARIABLES)
 # The MNIST scripts download mnist.npz; here it is a local file of the same shape (mnist_file).
 LOAD_MNIST = (
     Edit("local MNIST file (no download here): np.load, not mnist.load_data",

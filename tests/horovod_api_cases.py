@@ -114,23 +114,30 @@ def hvd_tape_loop(ctx):
     return Outcome(tape_loop(ctx).get_weights())
 
 
-def tape_loop(ctx: Context, **tape_options: Any) -> Any:
-    """tensorflow2_mnist.py's loop on this rank's batches, its tape given ``tape_options``."""
+def tape_loop(ctx: Context, *, traced: bool = False, **tape_options: Any) -> Any:
+    """tensorflow2_mnist.py's loop on this rank's batches, its tape given ``tape_options``;
+    ``traced``: its step a tf.function, broadcast inside (tensorflow2_synthetic_benchmark.py's
+    pattern, where the broadcasts become graph ops)."""
     tf = ctx.tf
     hvd = hvd_module()
     xs, ys = data()
     tf.keras.utils.set_random_seed(SEED + ctx.rank)
     model, opt, loss_fn = mlp(ctx, "rank"), sgd(tf), loss(tf)
-    for step, batch in enumerate(rows(ctx.rank).reshape(STEPS, BATCH)):
+
+    def step(x, y, first_batch):
         with tf.GradientTape() as tape:
-            value = loss_fn(ys[batch], model(xs[batch], training=True))
+            value = loss_fn(y, model(x, training=True))
         tape = hvd.DistributedGradientTape(tape, **tape_options)
         grads = tape.gradient(value, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
-        if step == 0:
+        if first_batch:
             hvd.broadcast_variables(model.variables, root_rank=0)
             hvd.broadcast_variables(opt.variables() if callable(opt.variables)
                                     else opt.variables, root_rank=0)
+
+    run = tf.function(step) if traced else step
+    for number, batch in enumerate(rows(ctx.rank).reshape(STEPS, BATCH)):
+        run(tf.constant(xs[batch]), tf.constant(ys[batch]), number == 0)
     return model
 
 
@@ -140,27 +147,7 @@ def tape_loop(ctx: Context, **tape_options: Any) -> Any:
               opt.variables) traced as a tf.function, so the broadcasts are graph ops; as the
               loop above, the ranks must agree.""")
 def hvd_tape_in_function(ctx):
-    tf = ctx.tf
-    hvd = hvd_module()
-    xs, ys = data()
-    tf.keras.utils.set_random_seed(SEED + ctx.rank)
-    model, opt, loss_fn = mlp(ctx, "rank"), sgd(tf), loss(tf)
-
-    @tf.function
-    def step(x, y, first_batch):
-        with tf.GradientTape() as tape:
-            value = loss_fn(y, model(x, training=True))
-        tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(value, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        if first_batch:
-            hvd.broadcast_variables(model.variables, root_rank=0)
-            hvd.broadcast_variables(opt.variables() if callable(opt.variables)
-                                    else opt.variables, root_rank=0)
-
-    for number, batch in enumerate(rows(ctx.rank).reshape(STEPS, BATCH)):
-        step(tf.constant(xs[batch]), tf.constant(ys[batch]), number == 0)
-    return Outcome(model.get_weights())
+    return Outcome(tape_loop(ctx, traced=True).get_weights())
 
 
 @horovod_case("hvd_adasum_tape", "`DistributedGradientTape(op=hvd.Adasum)`", NONE,

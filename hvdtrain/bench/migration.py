@@ -22,7 +22,8 @@ from typing import Any
 from hvdtrain.errors import UserError
 from hvdtrain.bench import registry
 from hvdtrain.bench.shared import arguments, host, interleave, report, stats
-from hvdtrain.bench.shared.horovod_synthetic import QUICK, keras_major, measure_horovod
+from hvdtrain.bench.shared.horovod_synthetic import (OPT_VARIABLES, QUICK, TF_IMPORT, keras_major,
+                                                     measure_horovod)
 from hvdtrain.bench.shared.plans import Plan
 
 TARGET = 1.0   # the issue's: no cost to migrate
@@ -30,8 +31,7 @@ TARGET = 1.0   # the issue's: no cost to migrate
 # figure at one rank is a ratio of two similar rates, which 4-step iterations left to noise.
 FULL = Plan(world_sizes=(1, 2), warmup_epochs=1, repeats=5, steps_per_repeat=8)
 # The script's lines that change, and what they become: the import, and Keras 3's property.
-CHANGES = (("import horovod.tensorflow as hvd", "import hvdtrain.horovod.tensorflow as hvd"),
-           ("opt.variables()", "opt.variables"))
+CHANGES = (TF_IMPORT, OPT_VARIABLES)
 
 
 def migrated(script: Path, into: Path) -> Path:

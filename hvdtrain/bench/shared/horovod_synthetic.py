@@ -33,6 +33,12 @@ QUICK = Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=2, steps_per_repe
 ROUNDS, QUICK_ROUNDS = 3, 1
 # One thread each, as hvdtrain's rank chooses on one core (placement.threads_per_rank).
 THREAD_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+# The lines of Horovod's TF2 scripts that change to run on hvdtrain.horovod under Keras 3, each
+# (old, new): the import, and Keras 3's Optimizer.variables, a property (Keras 2: a method).
+# bench migration and scripts/horovod_examples.py both apply them.
+TF_IMPORT = ("import horovod.tensorflow as hvd\n", "import hvdtrain.horovod.tensorflow as hvd\n")
+OPT_VARIABLES = ("hvd.broadcast_variables(opt.variables(), root_rank=0)",
+                 "hvd.broadcast_variables(opt.variables, root_rank=0)")
 
 _ITER = re.compile(r"Iter #\d+: ([\d.]+) img/sec per")
 
