@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -887,7 +888,122 @@ def unequal_batches(ctx):
     return outcome(fit_pattern(ctx, standard(mlp), shard=extra, reference=False))
 
 
+def seeded_alike_fit(ctx: Context, build: Callable, data_set: Any = None) -> Any:
+    """A user's script seeded alike on every rank (tf.keras.utils.set_random_seed(SEED)),
+    ``build(ctx, "rank")`` fit for an epoch with ``dist.fit_callbacks()`` on this rank's rows
+    (or ``data_set``)."""
+    tf = ctx.tf
+    tf.keras.utils.set_random_seed(SEED)
+    model, opt = standard(build)(ctx, "rank")
+    model.compile(optimizer=opt, loss=loss(tf), jit_compile=False)
+    xs, ys = data()
+    given = (data_set,) if data_set is not None else (xs[rows(ctx.rank)], ys[rows(ctx.rank)])
+    model.fit(*given, **({} if data_set is not None else {"batch_size": BATCH}), epochs=1,
+              verbose=0, shuffle=False, callbacks=ctx.dist.fit_callbacks())
+    return model
+
+
+@case("shuffle_shard_after_fit", "`shuffle().shard()` built after a `fit`, seeded alike", NONE,
+      """Every rank seeded alike (set_random_seed), a model with Dropout fit with
+      dist.fit_callbacks(), then a new pipeline, range(64).shuffle(64) (no seed of its own)
+      .shard(2, rank): the shuffle must take the same order on every rank, so the shards
+      must not overlap. Each rank's dropout masks must still be its own.""")
+def shuffle_shard_after_fit(ctx):
+    tf = ctx.tf
+    model = seeded_alike_fit(ctx, dropout_model)
+    shard = sorted(int(v) for v in tf.data.Dataset.range(ROWS).shuffle(ROWS).shard(
+        ctx.size, ctx.rank))
+    shards = ctx.dist.allgather_object(shard)
+    common = len(set(shards[0]) & set(shards[1]))
+    masks = ctx.dist.allgather_object(
+        model.get_layer("drop")(tf.ones((BATCH, 16)), training=True).numpy() != 0)
+    differ = float(np.mean(masks[0] != masks[1]))
+    return Outcome(model.get_weights(), checks={
+        "the shards do not overlap": [common == 0, f"{common} of {ROWS} rows in both"],
+        "masks differ across ranks": [differ > 0, f"{differ:.0%} of mask entries differ"]})
+
+
+@case("unequal_batches_unknown_length", "unequal batch counts, a dataset of unknown length "
+      "(`filter`)", NONE,
+      """A tf.data pipeline with a filter, whose length tf.data cannot know: rank 0 has 5
+      batches, the other rank 4. The rank that runs out first must not leave the other
+      waiting in its all-reduce: every rank stops with one line naming each rank's step
+      count.""")
+def unequal_batches_unknown_length(ctx):
+    xs, ys = data()
+    picked = np.concatenate([rows(0), rows(1)[:BATCH]]) if ctx.rank == 0 else rows(ctx.rank)
+    unknown = ctx.tf.data.Dataset.from_tensor_slices((xs[picked], ys[picked])).filter(
+        lambda x, y: True).batch(BATCH)
+    return Outcome(seeded_alike_fit(ctx, mlp, unknown).get_weights())
+
+
+@case("save_every_rank", "`model.save`, `ModelCheckpoint`, `TensorBoard` on every rank, one path",
+      NONE,
+      """Every rank fits with ModelCheckpoint and TensorBoard into the same folder, then saves
+      the model (.keras) and its weights (.weights.h5) to the same paths 3 times, each time
+      loading both back. Two ranks writing one file at once would leave a corrupt zip or
+      fail on HDF5's lock: each file must load on every rank, and TensorBoard must hold one
+      run (rank 0's), not one per rank.""")
+def save_every_rank(ctx):
+    tf = ctx.tf
+    folder = ctx.out / "save_every_rank"
+    folder.mkdir(exist_ok=True)
+    callbacks = lambda: [tf.keras.callbacks.ModelCheckpoint(str(folder / "checkpoint.keras")),
+                         tf.keras.callbacks.TensorBoard(str(folder / "board"))]
+    trained = fit_pattern(ctx, standard(mlp), reference=False,
+                          fit_kw=lambda rank: {"callbacks": callbacks()})
+    failed = []
+    for turn in range(3):
+        trained.model.save(str(folder / "model.keras"))
+        trained.model.save_weights(str(folder / "model.weights.h5"))
+        ctx.dist.allgather_object(turn)   # every rank's writes done before any reads
+        try:
+            tf.keras.models.load_model(str(folder / "model.keras"), compile=False)
+            trained.model.load_weights(str(folder / "model.weights.h5"))
+        except Exception as error:  # noqa: BLE001  (what a user would meet when loading)
+            failed.append(first_line(error))
+        ctx.dist.allgather_object(turn)
+    runs = sum(len(files) for _, _, files in os.walk(folder / "board" / "train"))
+    return outcome(trained, **{
+        "every file loads on every rank": [not failed, "; ".join(failed[:1]) or "3 of 3"],
+        "TensorBoard holds one run": [runs == 1, f"{runs} event file(s)"]})
+
+
 import horovod_api_cases  # noqa: E402,F401  (Horovod's API: its cases, after these)
+
+
+def skipping_model(ctx: Context):
+    """Dense, Dense, Dense, whose middle layer is skipped where ``skip`` is set (built with
+    all three first)."""
+    tf = ctx.tf
+
+    class Skipping(tf.keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.skip = False
+            self.first, self.middle, self.last = (tf.keras.layers.Dense(16, activation="tanh"),
+                                                  tf.keras.layers.Dense(16, activation="tanh"),
+                                                  tf.keras.layers.Dense(CLASSES))
+
+        def call(self, x):
+            x = self.first(x)
+            return self.last(x if self.skip else self.middle(x))
+
+    return Skipping()
+
+
+@case("layer_skipped_on_rank", "a layer skipped on one rank (a Python `if`)", NONE,
+      """A subclassed model built with all its layers, whose call skips the middle Dense on
+      rank 1 (a Python if on the rank, or on something only one rank sees): that rank has no
+      gradient for it, so the ranks' all-reduces differ. Every rank must stop with one line
+      naming the variable, not wait.""")
+def layer_skipped_on_rank(ctx):
+    def build(c: Context, role: str):
+        model = skipping_model(c)
+        model(np.zeros((1, FEATURES), "float32"))
+        model.skip = c.rank == 1
+        return model
+    return Outcome(seeded_alike_fit(ctx, build).get_weights())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -49,10 +49,10 @@ def check_phases(timed: dict) -> None:
     bucketed = phases.bucket_variant(phases.QUICK_BUCKET_MB)   # --quick's: 100 bytes
     for r in model["rounds"]:
         for which, job in r.items():
-            # The MLP's 6 gradients (a kernel and a bias per layer): Keras 3's binding sends
-            # them as one flat tensor (control: grouped, horovod.flatten off, each its own), in
-            # buckets of 100 bytes as several; Horovod's optimizer (Keras 2) one each.
-            one_tensor = keras_major() >= 3 and which == "this"
+            # The MLP's 6 gradients (a kernel and a bias per layer): hvdtrain's reducer (both
+            # stacks) sends them as one flat tensor (control: grouped, horovod.flatten off,
+            # each its own), in buckets of 100 bytes as several.
+            one_tensor = which == "this"
             assert job["gradients"] == 1 if one_tensor else job["gradients"] >= 2, (which, job)
             assert job["steps"] >= 3 and job["samples_per_sec"] > 0, job
             assert 0 < job["phases_ms"]["ALLREDUCE"] < job["step_ms"], job
@@ -61,14 +61,14 @@ def check_phases(timed: dict) -> None:
         assert r["this"]["during_backprop"] == 0.0, r["this"]
         assert r[phases.GROUPED]["during_backprop"] == 0.0, r[phases.GROUPED]
         assert 0.0 <= r[bucketed]["during_backprop"] <= 1.0, r
-        # The bytes read from the timeline are the MLP's float32 gradients (control: Keras 3's
-        # flat tensor, its gradients padded to aligned starts, holds a few more, within what
+        # The bytes read from the timeline are the MLP's float32 gradients (control: the flat
+        # tensor, its gradients padded to aligned starts, holds a few more, within what
         # counts as the same bytes), and raw MPI_Allreduce of them was timed after this
         # stack's job.
         gradients = 4 * r["this"]["params"]
         assert r[phases.GROUPED]["gradient_bytes"] == gradients, r
         padded = r["this"]["gradient_bytes"] - gradients
-        assert (padded > 0) == (keras_major() >= 3), r
+        assert padded > 0, r
         assert against_raw.same_bytes(r["this"]["gradient_bytes"], gradients), r
         assert r["this"]["raw_mpi_ms"] > 0, r["this"]
     against = model["of_raw_mpi"]["this"]["ALLREDUCE"]["per_round"]
