@@ -937,9 +937,10 @@ def unequal_batches_unknown_length(ctx):
     return Outcome(seeded_alike_fit(ctx, mlp, unknown).get_weights())
 
 
-@case("save_every_rank", "`model.save`, `ModelCheckpoint`, `TensorBoard` on every rank, one path",
-      NONE,
-      """Every rank fits with ModelCheckpoint and TensorBoard into the same folder, then saves
+@case("save_every_rank", "`model.save`, `ModelCheckpoint`, `BackupAndRestore`, `TensorBoard` "
+      "on every rank, one path", NONE,
+      """Every rank fits with ModelCheckpoint, BackupAndRestore and TensorBoard into the same
+      folder, then saves
       the model (.keras) and its weights (.weights.h5) to the same paths 3 times, each time
       loading both back. Two ranks writing one file at once would leave a corrupt zip or
       fail on HDF5's lock: each file must load on every rank, and TensorBoard must hold one
@@ -949,6 +950,7 @@ def save_every_rank(ctx):
     folder = ctx.out / "save_every_rank"
     folder.mkdir(exist_ok=True)
     callbacks = lambda: [tf.keras.callbacks.ModelCheckpoint(str(folder / "checkpoint.keras")),
+                         tf.keras.callbacks.BackupAndRestore(str(folder / "backup")),
                          tf.keras.callbacks.TensorBoard(str(folder / "board"))]
     trained = fit_pattern(ctx, standard(mlp), reference=False,
                           fit_kw=lambda rank: {"callbacks": callbacks()})

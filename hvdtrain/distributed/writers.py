@@ -11,12 +11,15 @@ remote path is written as Keras writes it.
 
 ``TensorBoard`` on every rank would write one run per rank into the same folder: on ranks
 other than 0 it does nothing, and rank 0's run (its metrics averaged over the ranks) is the
-job's.
+job's. ``BackupAndRestore`` on every rank with one folder writes it whole as above, and at the
+end every rank removes the folder: one that another rank removed first is gone, as asked, not
+an error.
 """
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,6 +42,9 @@ def write_safely() -> None:
     board = tf.keras.callbacks.TensorBoard
     if not getattr(board.set_model, WRAPPED, False):
         board.set_model = rank_zero_board(board.set_model)
+    backup = tf.keras.callbacks.BackupAndRestore
+    if not getattr(backup.on_train_end, WRAPPED, False):
+        backup.on_train_end = removed_by_any_rank(backup.on_train_end)
 
 
 def own_file(path: Path, rank: int) -> Path:
@@ -89,6 +95,20 @@ def rank_zero_board(set_model: Callable) -> Callable:
 
     setattr(set_on_rank_zero, WRAPPED, True)
     return set_on_rank_zero
+
+
+def removed_by_any_rank(on_train_end: Callable) -> Callable:
+    """BackupAndRestore's ``on_train_end``, which removes its folder: where another rank
+    removed a file of it first, the rest is removed, and the end goes on."""
+    @functools.wraps(on_train_end)
+    def end(self: Any, logs: dict | None = None) -> None:
+        try:
+            on_train_end(self, logs)
+        except FileNotFoundError:
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+    setattr(end, WRAPPED, True)
+    return end
 
 
 def _nothing(*args: Any, **kwargs: Any) -> None:

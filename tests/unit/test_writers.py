@@ -110,3 +110,23 @@ def test_the_variable_with_a_gradient_on_some_ranks_only_is_named(monkeypatch):
     # Control: the same layout on every rank names nothing (the mismatch was something else).
     gathered[1] = gathered[0]
     assert step_guard.layout_problem(model) is None
+
+
+def test_a_backup_folder_another_rank_removed_first_is_no_error(tmp_path):
+    folder = tmp_path / "backup"
+    folder.mkdir()
+    (folder / "left.json").write_text("{}")
+
+    def on_train_end(self, logs=None):  # as when a peer unlinked a file between listing and us
+        raise FileNotFoundError("training_metadata.json")
+
+    backup = type("Backup", (), {"backup_dir": str(folder)})()
+    writers.removed_by_any_rank(on_train_end)(backup)
+    assert not folder.exists()
+    # Control: unwrapped, the end raises.
+    folder.mkdir()
+    try:
+        on_train_end(backup)
+        raise AssertionError("expected FileNotFoundError")
+    except FileNotFoundError:
+        pass
