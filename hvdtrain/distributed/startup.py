@@ -48,8 +48,9 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     share = placement.threads_per_rank(*placement.cores_available(), local_size)
     intra = intra_op_threads or share
     inter = inter_op_threads or min(2, share)
+    given = placement.given_devices(os.environ)
     try:
-        placed, problem = _pin_device(local_rank, local_size, device)
+        placed, problem, pinned = _pin_device(local_rank, local_size, device, given)
         tf.config.threading.set_intra_op_parallelism_threads(intra)
         tf.config.threading.set_inter_op_parallelism_threads(inter)
     except RuntimeError as error:  # TensorFlow's devices and threads are fixed at its first op
@@ -64,8 +65,16 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     if elastic and problem:
         raise UserError(problem)
     if not elastic:
-        agree_or_fail(problem, world)
+        shared = _shared_gpu(given, pinned) if size > 1 else None
+        agree_or_fail(problem or shared, world)
     return world
+
+
+def _shared_gpu(given: str | None, pinned: str | None) -> str | None:
+    """A collective: the line naming two ranks of one host pinned to the same GPU, or None."""
+    # Horovod: every rank's host and GPU, so that all ranks see the same clash.
+    views = hvd.allgather_object((socket.gethostname(), given, pinned), name="hvdtrain_gpus")
+    return placement.same_gpu_problem(views)
 
 
 def autograph_leaves_horovod_alone() -> None:
@@ -88,19 +97,22 @@ def autograph_leaves_horovod_alone() -> None:
     autograph_config.CONVERSION_RULES = (*rules, autograph_config.DoNotConvert("horovod"))
 
 
-def _pin_device(local_rank: int, local_size: int, device: str) -> tuple[str, str | None]:
-    """Makes one GPU (or none) visible to this rank; returns the device and any problem."""
+def _pin_device(local_rank: int, local_size: int, device: str,
+                given: str | None) -> tuple[str, str | None, str | None]:
+    """Makes one GPU (or none) visible to this rank; returns the device, any problem, and the
+    GPU pinned as the host names it (placement.pinned_gpu)."""
     gpus = tf.config.list_physical_devices("GPU")
-    index, problem = placement.choose_gpu(len(gpus), local_rank, local_size, device)
+    index, problem = placement.choose_gpu(len(gpus), local_rank, local_size, device, given)
     if index is not None:
-        # Horovod: pin one GPU per process by LOCAL rank, so ranks on a host never share one;
-        # memory growth stops TensorFlow from reserving the whole card up front.
+        # Horovod: pin one GPU per process by LOCAL rank (or the one the launcher gave this
+        # rank), so ranks on a host never share one; memory growth stops TensorFlow from
+        # reserving the whole card up front.
         tf.config.experimental.set_memory_growth(gpus[index], True)
         tf.config.set_visible_devices(gpus[index], "GPU")
-        return "/GPU:0", problem
+        return "/GPU:0", problem, placement.pinned_gpu(given, index)
     if gpus:
         tf.config.set_visible_devices([], "GPU")
-    return "/CPU:0", problem
+    return "/CPU:0", problem, None
 
 
 def stack_description() -> str:

@@ -129,7 +129,8 @@ def probe_checks(facts: dict | None = None) -> list[Check]:
     found = json.loads(facts_line)
     if facts is not None:
         facts.update(found)
-    checks = [check_keras(found["keras"]), check_gpus(found["gpus"])]
+    checks = [check_keras(found["keras"]),
+              check_gpus(found["gpus"], placement.given_devices(os.environ))]
     installed = horovod_install.distribution_version("horovod")
     if status == 0:
         unpatched = ("" if horovod_install.built_in_place() else
@@ -154,9 +155,10 @@ def check_keras(version: str) -> Check:
                  f"'{horovod_install.TENSORFLOW_PIN}'")
 
 
-def check_gpus(visible: int) -> Check:
-    """Always ok: how many GPUs are ``visible`` and which one local rank 0 would pin."""
-    index, problem = placement.choose_gpu(visible, 0, SMOKE_RANKS, "auto")
+def check_gpus(visible: int, given: str | None = None) -> Check:
+    """Always ok: how many GPUs are ``visible`` (``given``: CUDA_VISIBLE_DEVICES) and which one
+    local rank 0 would pin."""
+    index, problem = placement.choose_gpu(visible, 0, SMOKE_RANKS, "auto", given)
     if not visible:
         return Check("gpus", True, "none visible: ranks run on the CPU")
     if problem:

@@ -63,12 +63,26 @@ def cores_available() -> tuple[int, int]:
     return available, total
 
 
-def choose_gpu(visible_gpus: int, local_rank: int, local_size: int,
-               device: str) -> tuple[int | None, str | None]:
+BIND_PER_TASK = ("bind one GPU per rank (srun --gpus-per-task=1 or --gpu-bind=single:1; one "
+                 "GPU per pod), or let every rank see all of the host's GPUs")
+
+
+def given_devices(environ: Mapping[str, str]) -> str | None:
+    """The devices a launcher gave this rank (CUDA_VISIBLE_DEVICES), or None where unset."""
+    return environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def choose_gpu(visible_gpus: int, local_rank: int, local_size: int, device: str,
+               given: str | None = None) -> tuple[int | None, str | None]:
     """(index of the GPU this rank pins, or None for the CPU; a user error, or None).
 
-    One GPU per rank, chosen by LOCAL rank: ranks on one host get distinct GPUs whatever
-    their global ranks are.
+    Every rank sees at least as many GPUs as its host runs ranks (all the host's GPUs): the
+    one of its LOCAL rank, so ranks on one host get distinct GPUs whatever their global ranks.
+    Fewer, where the launcher gave this rank GPUs of its own (``given``, its
+    CUDA_VISIBLE_DEVICES, lists exactly the GPUs it sees; SLURM's per-task binding, one GPU
+    per pod, a wrapper per local rank): the first of them; whether two ranks of a host were
+    given the same one is for ``same_gpu_problem``. Fewer and not given per rank: refused,
+    as ranks would share a GPU.
     """
     if device == "cpu":
         return None, None
@@ -76,11 +90,43 @@ def choose_gpu(visible_gpus: int, local_rank: int, local_size: int,
         return None, "run.device=gpu but TensorFlow sees no GPU here: use run.device=auto or cpu"
     if visible_gpus == 0:
         return None, None
-    if local_size > visible_gpus:
-        return None, (f"{local_size} ranks on this host but only {visible_gpus} GPUs visible: "
-                      f"launch at most {visible_gpus} ranks per host, or pass "
-                      f"--set run.device=cpu")
-    return local_rank, None
+    if local_size <= visible_gpus:
+        return local_rank, None
+    if given is not None and len([d for d in given.split(",") if d.strip()]) == visible_gpus:
+        return 0, None
+    return None, (f"{local_size} ranks on this host, and this one (local rank {local_rank}) sees "
+                  f"{visible_gpus} GPU(s), CUDA_VISIBLE_DEVICES {_described(given)}: ranks would "
+                  f"share a GPU; {BIND_PER_TASK}, launch at most {visible_gpus} ranks per "
+                  f"host, or pass --set run.device=cpu")
+
+
+def _described(given: str | None) -> str:
+    return "unset" if given is None else f"'{given}'"
+
+
+def pinned_gpu(given: str | None, index: int | None) -> str | None:
+    """Which physical GPU a rank pinned, as its host names it (CUDA_VISIBLE_DEVICES' entry, or
+    the index among all the host's GPUs), or None for the CPU."""
+    if index is None:
+        return None
+    entries = [d.strip() for d in given.split(",")] if given is not None else []
+    return entries[index] if index < len(entries) else str(index)
+
+
+def same_gpu_problem(views: list[tuple[str, str | None, str | None]]) -> str | None:
+    """Every rank's (host, CUDA_VISIBLE_DEVICES, pinned GPU) in rank order: the line naming two
+    ranks of one host that pinned the same GPU (a launcher gave every rank the same one), or
+    None."""
+    seen: dict[tuple[str, str], int] = {}
+    for rank, (host, given, gpu) in enumerate(views):
+        if gpu is None:
+            continue
+        first = seen.setdefault((host, gpu), rank)
+        if first != rank:
+            return (f"ranks {first} and {rank} on host {host} would share GPU {gpu} "
+                    f"(CUDA_VISIBLE_DEVICES {_described(views[first][1])} and "
+                    f"{_described(given)}): {BIND_PER_TASK}")
+    return None
 
 
 def gloo_host_name_problem(environ: Mapping[str, str], host_name: str,

@@ -29,9 +29,41 @@ def test_gpu_choice_is_by_local_rank():
     assert placement.choose_gpu(0, local_rank=1, local_size=2, device="auto") == (None, None)
     assert placement.choose_gpu(4, local_rank=1, local_size=2, device="cpu") == (None, None)
     index, problem = placement.choose_gpu(2, local_rank=3, local_size=4, device="auto")
-    assert index is None and "4 ranks on this host but only 2 GPUs" in problem
+    assert index is None and "4 ranks on this host" in problem and "sees 2 GPU(s)" in problem
+    assert "CUDA_VISIBLE_DEVICES unset" in problem
     index, problem = placement.choose_gpu(0, local_rank=0, local_size=1, device="gpu")
     assert index is None and "sees no GPU" in problem
+
+
+def test_a_gpu_the_launcher_gave_the_rank_is_the_one_it_pins():
+    # Every rank sees all of the host's GPUs (given or not): its local rank's.
+    assert placement.choose_gpu(4, 2, 4, "auto", given="0,1,2,3") == (2, None)
+    # One GPU per task (srun --gpus-per-task=1, --gpu-bind=single:1): each rank sees its own
+    # one, though the host runs 4 ranks: that one (before: refused, "only 1 GPUs visible").
+    assert placement.choose_gpu(1, 3, 4, "auto", given="3") == (0, None)
+    assert placement.choose_gpu(1, 3, 4, "gpu", given="GPU-5e1d") == (0, None)  # a UUID
+    # k per task, fewer than the host's ranks: the first of its own.
+    assert placement.choose_gpu(2, 1, 4, "auto", given="2,3") == (0, None)
+    # Control: fewer than the ranks and nothing given per rank (or a list that is not what it
+    # sees): refused, naming what this rank sees.
+    for given in (None, "0,1,2,3"):
+        index, problem = placement.choose_gpu(1, 1, 4, "auto", given=given)
+        assert index is None and "local rank 1) sees 1 GPU(s)" in problem, problem
+        assert "--gpus-per-task=1" in problem
+
+
+def test_ranks_of_one_host_pinned_to_the_same_gpu_are_named():
+    pinned = [placement.pinned_gpu(given, index) for given, index in (
+        ("3", 0), ("5", 0), ("0,1", 1), (None, 1), (None, None))]
+    assert pinned == ["3", "5", "1", "1", None]
+    # One GPU per task, each its own; every GPU visible, by local rank; the CPU: no clash.
+    assert placement.same_gpu_problem([("a", "0", "0"), ("a", "1", "1"), ("b", "0", "0")]) is None
+    assert placement.same_gpu_problem([("a", None, "0"), ("a", None, "1"), ("a", None, None),
+                                       ("a", None, None)]) is None
+    # Control: a launcher that gave every rank of host a the same GPU.
+    problem = placement.same_gpu_problem([("a", "0", "0"), ("b", "0", "0"), ("a", "0", "0")])
+    assert problem.startswith("ranks 0 and 2 on host a would share GPU 0"), problem
+    assert "CUDA_VISIBLE_DEVICES '0' and '0'" in problem
 
 
 def test_gloo_host_name_check():
