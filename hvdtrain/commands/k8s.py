@@ -13,12 +13,12 @@ continues from the last checkpoint. Nothing here imports TensorFlow or Horovod.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from hvdtrain.commands.parsing import Parser
+from hvdtrain.commands.yaml_lines import to_yaml
 from hvdtrain.errors import UserError
 
 API_VERSION = "kubeflow.org/v2beta1"
@@ -31,8 +31,12 @@ HOME = "/home/mpiuser"
 # The worker's SSH server as the operator's own non-root example runs it (examples/v2beta1/pi).
 WORKER_SSHD = ["/usr/sbin/sshd", "-De", "-f", f"{HOME}/.sshd_config"]
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./=-]*")
-_YAML_WORDS = {"true", "false", "null", "yes", "no", "on", "off", "y", "n", "~"}
+# A Kubernetes resource quantity (the CRD's own pattern for resources).
+_QUANTITY = re.compile(r"(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                       r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?")
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# The worker's sshd port (container/Containerfile: Port 2222), probed for readiness.
+SSH_PORT = 2222
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Job:
     slots: int
     image: str
     train_args: tuple[str, ...] = ()
-    namespace: str = "default"
+    namespace: str = ""              # none: kubectl apply -n NS (or the context's) decides
     interface: str = "eth0"          # the pods' training network: MPI's traffic goes there only
     volume: str = ""                 # the PersistentVolumeClaim of the run directory
     mount: str = "/runs"             # where the workers mount it
@@ -51,6 +55,18 @@ class Job:
     cpu: str = ""
     memory: str = ""
     backoff_limit: int = 3           # launcher restarts (each resumes) before the job fails
+    ttl_seconds: int = 86400         # a finished job (and its pods) deleted after this
+    launcher_cpu: str = "500m"       # the launcher pod runs mpirun alone
+    launcher_memory: str = "512Mi"
+    shm_size: str = "1Gi"            # /dev/shm, Open MPI's shared-memory transport
+    labels: tuple[tuple[str, str], ...] = ()         # e.g. Kueue's queue-name
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[str, ...] = ()                # KEY[=VALUE]:EFFECT
+    pull_secrets: tuple[str, ...] = ()
+    service_account: str = ""
+    priority_class: str = ""
+    gang: bool = False               # schedulingPolicy: every pod at once, or none
+    queue: str = ""                  # schedulingPolicy.queue
 
     @property
     def run_dir(self) -> str:
@@ -71,6 +87,24 @@ def check(job: Job) -> None:
     if any(arg == "--run-dir" or arg.startswith("--run-dir=") for arg in job.train_args):
         raise UserError(f"--run-dir is set by launch k8s ({job.run_dir}, on the volume, so that "
                         f"--resume finds it): choose --mount and --name instead")
+    for flag, value in (("--cpu", job.cpu), ("--memory", job.memory),
+                        ("--launcher-cpu", job.launcher_cpu),
+                        ("--launcher-memory", job.launcher_memory), ("--shm-size", job.shm_size)):
+        if value and not _QUANTITY.fullmatch(value):
+            raise UserError(f"{flag} {value!r} is not a Kubernetes quantity (e.g. 4, 500m, 8Gi)")
+    for toleration in job.tolerations:
+        _toleration(toleration)
+    check_train_args(job.train_args)
+
+
+def check_train_args(train_args: Sequence[str]) -> None:
+    """The checks ``hvdtrain train`` makes of its arguments, here before printing (a typo would
+    otherwise fail only in the pod). A --config file is the pod's, read there."""
+    from hvdtrain.commands import train  # the train command's own flags and config
+    parser = Parser(prog="hvdtrain train", add_help=False)
+    train.add_arguments(parser)
+    args = parser.parse_args(list(train_args))
+    train.config_from_args(argparse.Namespace(**{**vars(args), "config": None}))
 
 
 def launcher_command(job: Job) -> list[str]:
@@ -88,16 +122,53 @@ def _resources(job: Job) -> dict[str, Any]:
     return {"limits": limits, "requests": dict(limits)} if limits else {}
 
 
-def _pod(job: Job, container: dict[str, Any], volumes: bool) -> dict[str, Any]:
-    """A pod template as the non-root user (fsGroup: the volume writable by it)."""
+def _toleration(text: str) -> dict[str, str]:
+    """``KEY[=VALUE]:EFFECT`` as a pod toleration."""
+    pair, _, effect = text.rpartition(":")
+    key, equal, value = pair.partition("=")
+    if not key or effect not in _EFFECTS:
+        raise UserError(f"--toleration {text!r}: write KEY[=VALUE]:EFFECT, EFFECT one of "
+                        f"{', '.join(_EFFECTS)}")
+    found = {"key": key, "operator": "Equal" if equal else "Exists", "effect": effect}
+    return {**found, "value": value} if equal else found
+
+
+def _pod(job: Job, container: dict[str, Any], role: str) -> dict[str, Any]:
+    """A pod template as the non-root user (fsGroup: the volume writable by it), with the
+    placement the job asks for; a worker's also mounts the run volume and a memory /dev/shm."""
     spec: dict[str, Any] = {
         "securityContext": {"runAsUser": USER_ID, "runAsGroup": USER_ID, "fsGroup": USER_ID},
         "containers": [{"image": job.image, "imagePullPolicy": "IfNotPresent", **container}]}
-    if volumes:
-        spec["containers"][0]["volumeMounts"] = [{"name": "runs", "mountPath": job.mount}]
-        spec["volumes"] = [{"name": "runs", "persistentVolumeClaim": {
-            "claimName": job.volume or f"{job.name}-runs"}}]
-    return {"spec": spec}
+    if role == "worker":
+        spec["containers"][0]["volumeMounts"] = [{"name": "runs", "mountPath": job.mount},
+                                                 {"name": "shm", "mountPath": "/dev/shm"}]
+        spec["volumes"] = [
+            {"name": "runs", "persistentVolumeClaim": {"claimName": job.volume or
+                                                       f"{job.name}-runs"}},
+            # A pod's own /dev/shm is 64 MB, too small for Open MPI's shared memory.
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": job.shm_size}}]
+    placement = {
+        "nodeSelector": dict(job.node_selector),
+        "tolerations": [_toleration(t) for t in job.tolerations],
+        "imagePullSecrets": [{"name": name} for name in job.pull_secrets],
+        "serviceAccountName": job.service_account,
+        "priorityClassName": job.priority_class}
+    spec.update({key: value for key, value in placement.items() if value})
+    template: dict[str, Any] = {"spec": spec}
+    if job.labels:
+        template["metadata"] = {"labels": dict(job.labels)}
+    return template
+
+
+def _run_policy(job: Job) -> dict[str, Any]:
+    policy: dict[str, Any] = {"cleanPodPolicy": "Running", "backoffLimit": job.backoff_limit,
+                              "ttlSecondsAfterFinished": job.ttl_seconds}
+    scheduling = {"minAvailable": job.workers + 1 if job.gang else 0, "queue": job.queue,
+                  "priorityClass": job.priority_class if job.gang or job.queue else ""}
+    scheduling = {key: value for key, value in scheduling.items() if value}
+    if scheduling:
+        policy["schedulingPolicy"] = scheduling
+    return policy
 
 
 def mpijob(job: Job) -> dict[str, Any]:
@@ -105,55 +176,34 @@ def mpijob(job: Job) -> dict[str, Any]:
     check(job)
     command = launcher_command(job)
     worker: dict[str, Any] = {"name": "worker", "command": WORKER_SSHD[:1],
-                              "args": WORKER_SSHD[1:]}
+                              "args": WORKER_SSHD[1:],
+                              # Ready once sshd takes connections: the operator starts the
+                              # launcher when every worker is (WaitForWorkersReady).
+                              "readinessProbe": {"tcpSocket": {"port": SSH_PORT},
+                                                 "initialDelaySeconds": 2, "periodSeconds": 5}}
     if _resources(job):
         worker["resources"] = _resources(job)
+    launcher_limits = {"cpu": job.launcher_cpu, "memory": job.launcher_memory}
+    launcher = {"name": "launcher", "command": command[:1], "args": command[1:],
+                "resources": {"limits": launcher_limits, "requests": dict(launcher_limits)}}
+    metadata: dict[str, Any] = {"name": job.name}
+    if job.namespace:
+        metadata["namespace"] = job.namespace
+    if job.labels:
+        metadata["labels"] = dict(job.labels)
     return {
-        "apiVersion": API_VERSION, "kind": "MPIJob",
-        "metadata": {"name": job.name, "namespace": job.namespace},
+        "apiVersion": API_VERSION, "kind": "MPIJob", "metadata": metadata,
         "spec": {
             "slotsPerWorker": job.slots, "mpiImplementation": "OpenMPI",
             "sshAuthMountPath": f"{HOME}/.ssh", "launcherCreationPolicy": "WaitForWorkersReady",
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": job.backoff_limit},
+            "runPolicy": _run_policy(job),
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod(
-                    job, {"name": "launcher", "command": command[:1], "args": command[1:]},
-                    volumes=False)},
-                "Worker": {"replicas": job.workers, "template": _pod(job, worker, volumes=True)},
+                # OnFailure: the operator's validation takes Never or OnFailure only (not
+                # ExitCode), so a user error (exit 2) is retried too, up to backoffLimit.
+                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
+                             "template": _pod(job, launcher, "launcher")},
+                "Worker": {"replicas": job.workers, "template": _pod(job, worker, "worker")},
             }}}
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    text = str(value)
-    plain = _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS
-    return text if plain else json.dumps(text)  # a JSON string is a YAML double-quoted one
-
-
-def to_yaml(value: Any, indent: int = 0) -> list[str]:
-    """``value`` (dicts, lists, strings, numbers, booleans) as block-style YAML lines."""
-    pad = " " * indent
-    if isinstance(value, dict):
-        lines = []
-        for key, item in value.items():
-            if isinstance(item, (dict, list)) and item:
-                lines += [f"{pad}{key}:", *to_yaml(item, indent + 2)]
-            elif isinstance(item, (dict, list)):
-                lines.append(f"{pad}{key}: {'{}' if isinstance(item, dict) else '[]'}")
-            else:
-                lines.append(f"{pad}{key}: {_scalar(item)}")
-        return lines
-    lines = []
-    for item in value:
-        if isinstance(item, dict) and item:
-            nested = to_yaml(item, indent + 2)
-            lines += [f"{pad}- {nested[0].lstrip()}", *nested[1:]]
-        else:
-            lines.append(f"{pad}- {_scalar(item)}")
-    return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -163,7 +213,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--image", required=True, help="an image with hvdtrain, Horovod, Open MPI and sshd, "
                                        "e.g. hvdtrain:latest (make image)")
     add("--name", default="hvdtrain", help="the MPIJob's name (default hvdtrain)")
-    add("--namespace", default="default")
+    add("--namespace", default="", help="the MPIJob's namespace (default: none written, so "
+                                         "kubectl apply -n NS or the context decides)")
     add("--interface", default="eth0", help="the pods' network interface MPI uses (eth0)")
     add("--volume", default="", help="PersistentVolumeClaim for the run directory "
                                      "(default NAME-runs; ReadWriteMany across nodes)")
@@ -171,8 +222,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--gpus-per-worker", type=int, default=0, help="nvidia.com/gpu per worker (= slots)")
     add("--cpu", default="", help="CPU per worker, e.g. 4")
     add("--memory", default="", help="memory per worker, e.g. 8Gi")
+    add("--launcher-cpu", default="500m", help="the launcher pod's CPU (default 500m)")
+    add("--launcher-memory", default="512Mi", help="the launcher pod's memory (default 512Mi)")
+    add("--shm-size", default="1Gi", help="each worker's /dev/shm, in memory (default 1Gi)")
+    add("--ttl", type=int, default=86400, metavar="SECONDS",
+        help="delete the finished job after this (default 86400, a day)")
+    add("--backoff-limit", type=int, default=3,
+        help="launcher restarts, each resuming, before the job fails (default 3)")
+    add("--label", action="append", default=[], metavar="KEY=VALUE",
+        help="a label on the job and its pods, e.g. kueue.x-k8s.io/queue-name=team (repeatable)")
+    add("--node-selector", action="append", default=[], metavar="KEY=VALUE",
+        help="schedule pods on nodes with this label (repeatable)")
+    add("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT",
+        help="tolerate a node taint (repeatable)")
+    add("--image-pull-secret", action="append", default=[], metavar="NAME", help="(repeatable)")
+    add("--service-account", default="", help="the pods' service account")
+    add("--priority-class", default="", help="the pods' priority class")
+    add("--gang", action="store_true",
+        help="gang scheduling: every pod at once or none (schedulingPolicy.minAvailable; "
+             "needs Volcano or the scheduler-plugins' coscheduling)")
+    add("--queue", default="", help="schedulingPolicy.queue (Volcano)")
     add("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
         help="hvdtrain train's arguments")
+
+
+def _pairs(flag: str, items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    pairs = [item.partition("=") for item in items]
+    bad = [item for item, (key, equal, _) in zip(items, pairs) if not key or not equal]
+    if bad:
+        raise UserError(f"{flag} {bad[0]!r}: write KEY=VALUE")
+    return tuple((key, value) for key, _, value in pairs)
 
 
 def main(argv: Sequence[str], prog: str = "hvdtrain launch k8s") -> int:
@@ -185,6 +264,13 @@ def main(argv: Sequence[str], prog: str = "hvdtrain launch k8s") -> int:
     job = Job(name=args.name, workers=args.workers, slots=args.slots_per_worker,
               image=args.image, train_args=tuple(train_args), namespace=args.namespace,
               interface=args.interface, volume=args.volume, mount=args.mount,
-              gpus=args.gpus_per_worker, cpu=args.cpu, memory=args.memory)
+              gpus=args.gpus_per_worker, cpu=args.cpu, memory=args.memory,
+              backoff_limit=args.backoff_limit, ttl_seconds=args.ttl,
+              launcher_cpu=args.launcher_cpu, launcher_memory=args.launcher_memory,
+              shm_size=args.shm_size, labels=_pairs("--label", args.label),
+              node_selector=_pairs("--node-selector", args.node_selector),
+              tolerations=tuple(args.toleration), pull_secrets=tuple(args.image_pull_secret),
+              service_account=args.service_account, priority_class=args.priority_class,
+              gang=args.gang, queue=args.queue)
     print("\n".join(to_yaml(mpijob(job))), flush=True)
     return 0

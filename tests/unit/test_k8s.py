@@ -77,9 +77,56 @@ def test_printed_mpijob_fits_the_operators_crd_schema_and_validation(capsys):
     pod = worker["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"] == {
         "cpu": "4", "memory": "8Gi", "nvidia.com/gpu": 2}
-    assert pod["containers"][0]["volumeMounts"] == [{"name": "runs", "mountPath": "/runs"}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "runs", "mountPath": "/runs"},
+                                                    {"name": "shm", "mountPath": "/dev/shm"}]
     assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "digits-runs"}
+    # Open MPI's shared memory in a memory-backed /dev/shm (a pod's own is 64 MB).
+    assert pod["volumes"][1] == {"name": "shm", "emptyDir": {"medium": "Memory",
+                                                             "sizeLimit": "1Gi"}}
     assert pod["securityContext"]["runAsUser"] == 1000
+    # Ready when sshd takes connections (the image's port), so WaitForWorkersReady means it.
+    assert pod["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": 2222}
+    assert job["metadata"]["namespace"] == "ml"
+    # A finished job goes after a day; the launcher has requests and limits (quotas ask).
+    assert spec["runPolicy"]["ttlSecondsAfterFinished"] == 86400
+    assert launcher["resources"] == {"limits": {"cpu": "500m", "memory": "512Mi"},
+                                     "requests": {"cpu": "500m", "memory": "512Mi"}}
+
+
+PLACED = ["--workers", "2", "--image", "registry.example/hvdtrain:1", "--name", "placed",
+          "--label", "kueue.x-k8s.io/queue-name=team-a", "--node-selector", "pool=cpu",
+          "--toleration", "dedicated=ml:NoSchedule", "--toleration", "spot:NoExecute",
+          "--image-pull-secret", "regcred", "--service-account", "trainer",
+          "--priority-class", "high", "--gang", "--queue", "q1", "--ttl", "600",
+          "--backoff-limit", "1", "--launcher-cpu", "1", "--launcher-memory", "1Gi",
+          "--shm-size", "4Gi"]
+
+
+def test_placement_scheduling_and_lifetime_flags_fit_the_schema(capsys):
+    job = printed(capsys, *PLACED)
+    assert problems(job, SCHEMA) == [] and operator_problems(job) == []
+    assert "namespace" not in job["metadata"]   # kubectl apply -n NS decides
+    assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+    policy = job["spec"]["runPolicy"]
+    assert (policy["ttlSecondsAfterFinished"], policy["backoffLimit"]) == (600, 1)
+    assert policy["schedulingPolicy"] == {"minAvailable": 3, "queue": "q1",
+                                          "priorityClass": "high"}
+    for role in ("Launcher", "Worker"):
+        template = job["spec"]["mpiReplicaSpecs"][role]["template"]
+        assert template["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+        pod = template["spec"]
+        assert pod["nodeSelector"] == {"pool": "cpu"}
+        assert pod["tolerations"] == [
+            {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+            {"key": "spot", "operator": "Exists", "effect": "NoExecute"}]
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+        assert (pod["serviceAccountName"], pod["priorityClassName"]) == ("trainer", "high")
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["volumes"][1]["emptyDir"]["sizeLimit"] == "4Gi"
+    # Control: the schema catches a toleration misspelt as the flags never write it.
+    misspelt = broken(job, lambda j: j["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+                      ["tolerations"][0].update(effects="NoSchedule"))
+    assert len(problems(misspelt, SCHEMA)) == 1
 
 
 def broken(job: dict, change) -> dict:
@@ -119,6 +166,8 @@ def test_defaults_without_resources_fit_too(capsys):
     assert problems(job, SCHEMA) == [] and operator_problems(job) == []
     worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert "resources" not in worker and job["spec"]["slotsPerWorker"] == 1
+    assert "namespace" not in job["metadata"] and "schedulingPolicy" not in job["spec"][
+        "runPolicy"]
 
 
 @pytest.mark.fault
@@ -128,6 +177,15 @@ def test_defaults_without_resources_fit_too(capsys):
      "--gpus-per-worker 1 must equal --slots-per-worker 2"),
     (["--", "--run-dir", "runs/x"], "--run-dir is set by launch k8s (/runs/hvdtrain"),
     (["--workers", "0"], "--workers and --slots-per-worker must be at least 1"),
+    # Printed as given before, they failed only on the cluster.
+    (["--cpu", "four"], "--cpu 'four' is not a Kubernetes quantity"),
+    (["--shm-size", "1 GB"], "--shm-size '1 GB' is not a Kubernetes quantity"),
+    (["--toleration", "gpu:Sometimes"], "--toleration 'gpu:Sometimes': write KEY[=VALUE]:EFFECT"),
+    (["--label", "team"], "--label 'team': write KEY=VALUE"),
+    # The training arguments, checked as hvdtrain train checks them.
+    (["--", "--preset", "nosuch"], "unknown preset 'nosuch'"),
+    (["--", "--set", "optim.lr=abc"], "optim.lr='abc': expected a number"),
+    (["--", "--epochs", "x"], "argument --epochs: invalid int value: 'x'"),
 ])
 def test_bad_input_is_one_line(capsys, args, expected):
     assert cli.run(["launch", "k8s", "--image", "hvdtrain:latest", "--workers", "2", *args]) == 2
