@@ -51,7 +51,7 @@ def no_input_model():
                                 tf.keras.layers.Dense(CLASSES)])
 
 
-# horovod.bucket_mb's cases (Keras 3), on bucket_model: 0 (one grouped all-reduce), a bucket
+# horovod.bucket_mb's cases (both stacks), on bucket_model: 0 (one grouped all-reduce), a bucket
 # smaller than any gradient (each its own: 6) and one in between (3: the last layer's three
 # gradients, the middle kernel alone, the first layer's two).
 BUCKET_CASES = {"buckets_none": 0.0, "buckets_each": 0.00001, "buckets_some": 0.0005}
@@ -144,12 +144,11 @@ def main() -> None:
     tf.keras.utils.set_random_seed(100 + world.rank)
     save["no_input"] = train(no_input_model(), dist, world, options, args.batch).get_weights()
 
-    # horovod.bucket_mb (Keras 3's reducer): the same model under each bucket size.
-    if dist.keras_version().startswith("3."):
-        for case, bucket_mb in BUCKET_CASES.items():
-            tf.keras.utils.set_random_seed(100 + world.rank)
-            save[case] = train(bucket_model(), dist, world, HorovodConfig(bucket_mb=bucket_mb),
-                               args.batch).get_weights()
+    # horovod.bucket_mb (the reducer's, both stacks): the same model under each bucket size.
+    for case, bucket_mb in BUCKET_CASES.items():
+        tf.keras.utils.set_random_seed(100 + world.rank)
+        save[case] = train(bucket_model(), dist, world, HorovodConfig(bucket_mb=bucket_mb),
+                           args.batch).get_weights()
 
     # Adam's state restored on rank 0 only (its step count and slots, as a checkpoint would
     # load them) reaches every rank.
@@ -313,10 +312,10 @@ def two_rank_checks(dist, rank: int) -> dict:
               "joined": joined, "last_to_join": dist.join()}
     checks.update(unequal_steps=refusal(lambda: unequal_steps(dist, rank)),
                   jit_compile=refusal(lambda: jit_compiled_fit(dist)))
+    checks["buckets"] = {case: bucket_ops(dist, bucket_mb)
+                         for case, bucket_mb in BUCKET_CASES.items()}
     if dist.keras_version().startswith("3."):
         checks.update(metric_checks(dist, rank))
-        checks["buckets"] = {case: bucket_ops(dist, bucket_mb)
-                             for case, bucket_mb in BUCKET_CASES.items()}
     return checks
 
 
@@ -467,7 +466,7 @@ def refusal_checks(dist) -> dict:
         "double_reduction": refusal(tape_then_distributed_optimizer),
         "adasum_in_fit": refusal(lambda: dist.distributed_optimizer(
             tf.keras.optimizers.SGD(0.1), HorovodConfig(op="adasum"))),
-        # horovod.bucket_mb: hvdtrain's reducer's (Keras 3); refused by Horovod's own (Keras 2).
+        # horovod.bucket_mb and Adasum in fit: the reducer's, on both stacks.
         "bucket_mb_optimizer": refusal(lambda: dist.distributed_optimizer(
             tf.keras.optimizers.SGD(0.1), HorovodConfig(bucket_mb=1.0))),
         "bucket_mb_tape": refusal(lambda: dist.distributed_tape(

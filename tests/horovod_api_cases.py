@@ -158,9 +158,9 @@ def hvd_adasum_tape(ctx):
 
 
 @horovod_case("hvd_adasum_fit", "`DistributedOptimizer(op=hvd.Adasum)` in `fit`", NONE,
-              """Adasum through the optimizer in fit: hvdtrain's Keras 3 optimizer reduces
-              through its one reducer, Adasum too; Horovod's Keras 2 optimizer has no
-              Adasum.""")
+              """Adasum through the optimizer in fit: both stacks' optimizers reduce through
+              hvdtrain's one reducer, Adasum too (Horovod's own Keras 2 optimizer has no
+              Adasum).""")
 def hvd_adasum_fit(ctx):
     return outcome(fit_pattern(ctx, wrapped(op=hvd_module().Adasum),
                                callbacks=horovod_callbacks(), reference=False))

@@ -26,20 +26,20 @@ class Capabilities:
 _ACCUMULATION = "hvdtrain accumulates gradients in its own loop"
 _JOIN = "Keras fit cannot stop one rank early and wait in hvd.join"
 
+# Both bindings' optimizers and tapes reduce through the one reducer (distributed/reducer.py):
+# Adasum in fit and buckets run on both.
 KERAS2 = Capabilities(
     keras="Keras 2",
-    adasum_in_fit=("Horovod's Keras DistributedOptimizer rejects op=Adasum (it averages or sums "
-                   "only)"),
+    adasum_in_fit=None,
     accumulation_in_fit=_ACCUMULATION,
     join_uneven_in_fit=_JOIN,
-    bucket_mb=("Horovod's own optimizer and tape all-reduce each gradient as backprop produces "
-               "it already (fused per cycle)"),
+    bucket_mb=None,
     unscale_gradients=None,
 )
 
 KERAS3 = Capabilities(
     keras="Keras 3",
-    adasum_in_fit=None,  # hvdtrain's optimizer reduces through the one reducer, Adasum too
+    adasum_in_fit=None,
     accumulation_in_fit=_ACCUMULATION,
     join_uneven_in_fit=_JOIN,
     bucket_mb=None,

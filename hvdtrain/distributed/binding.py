@@ -19,7 +19,7 @@ from hvdtrain.config.capabilities import Capabilities
 from hvdtrain.distributed.broadcast import BroadcastInitialState, stall_watchdog
 from hvdtrain.distributed.consistency import ConsistencyCheck
 from hvdtrain.distributed.global_metrics import GlobalMetrics
-from hvdtrain.distributed import batch_norm
+from hvdtrain.distributed import batch_norm, reducer
 from hvdtrain.errors import UserError
 from hvdtrain.keras_version import keras_major, keras_version
 
@@ -37,9 +37,6 @@ class KerasBinding(Protocol):
                               ) -> tf.keras.optimizers.Optimizer:
         """The optimizer whose update all-reduces the gradients first (accumulated over
         ``options.backward_passes_per_step`` batches: averaged, or summed)."""
-
-    def distributed_tape(self, tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
-        """A tape whose gradient() returns reduced gradients."""
 
     def broadcast_variables(self, variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
         """Root's values into every rank's variables."""
@@ -164,7 +161,7 @@ def distributed_tape(tape: tf.GradientTape,
     one refuses them."""
     options = options or HorovodConfig()
     _refuse_buckets(capabilities(), options)
-    return _keras_binding().distributed_tape(tape, options)
+    return reducer.ReducingTape(tape, options)  # a stand-in with its gradient()
 
 
 def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:

@@ -17,9 +17,8 @@ import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig, capabilities
 from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
-from hvdtrain.distributed.reducer import mark_reduced, reduce_gradients, refuse_reduced
+from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
-from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
 
 T = TypeVar("T")
@@ -28,15 +27,13 @@ CAPABILITIES = capabilities.KERAS2  # what this binding runs, and why not where 
 
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: HorovodConfig,
                           *, average_aggregated: bool = True) -> tf.keras.optimizers.Optimizer:
-    """Horovod's DistributedOptimizer around ``optimizer``, refusing gradients a distributed
-    tape reduced already, with what was set on ``optimizer`` outside its config. (The seam
-    refused what CAPABILITIES says it does not run: Adasum, bucket_mb.)"""
-    # Horovod: average gradients across ranks with ring all-reduce before every update
-    # (compressed to float16 on the wire if asked; sparse gradients reduced densely if asked;
-    # k batches' gradients accumulated locally first, averaged or summed, if asked).
+    """Horovod's DistributedOptimizer around ``optimizer``, all-reducing through hvdtrain's
+    reducer (``options``: compression, op, sparse_as_dense, buckets), refusing gradients a
+    distributed tape reduced already, with what was set on ``optimizer`` outside its config."""
+    # Horovod: its optimizer's flow around every update (k batches' gradients accumulated
+    # locally first, averaged or summed, if asked); the all-reduce itself is hvdtrain's.
     distributed = hvd_keras.DistributedOptimizer(
-        optimizer, compression=compression(options), sparse_as_dense=options.sparse_as_dense,
-        backward_passes_per_step=options.backward_passes_per_step,
+        optimizer, backward_passes_per_step=options.backward_passes_per_step,
         average_aggregated_gradients=average_aggregated)
     # Horovod rebuilds the optimizer from its config: what the user set outside it (AdamW's
     # exclude_from_weight_decay, say) is carried over, or it would be silently lost. What its
@@ -108,13 +105,13 @@ def _reduce_exactly_once(distributed: Any) -> None:
         reduced = reduced_for == [id(variable) for variable in variables]
         reduced_for.clear()
         if not reduced:
-            # Horovod: the optimizer's own reducer (average, compression, sparse handling).
+            # Horovod: the optimizer's flow, reducing through hvdtrain's reducer.
             grads = distributed._allreduce(grads, variables)
         return apply_gradients(list(zip(grads, variables)), *args, **kwargs)
 
     def reducing(grads, variables):
         """The gradients reduced now, and recorded so that the next apply does not again."""
-        # Horovod: the optimizer's own reducer (average, compression, sparse handling).
+        # Horovod: the optimizer's flow, reducing through hvdtrain's reducer.
         grads = distributed._allreduce(list(grads), list(variables))
         reduced_for[:] = [id(variable) for variable in variables]
         return grads
@@ -124,20 +121,6 @@ def _reduce_exactly_once(distributed: Any) -> None:
     distributed.apply_gradients = applying
     distributed.hvdtrain_reduce = reducing
     distributed.hvdtrain_reduced_for = reduced_for
-
-
-def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> tf.GradientTape:
-    """Horovod's DistributedGradientTape around ``tape``; what its gradient() returns is
-    recorded as reduced, so that a distributed optimizer refuses it."""
-    # Horovod: tape.gradient() returns gradients already reduced across ranks (average or
-    # Adasum), so every rank applies the same update.
-    reducing = hvd.DistributedGradientTape(tape, compression=compression(options),
-                                           sparse_as_dense=options.sparse_as_dense,
-                                           op=reduce_op(options))
-    gradient = reducing.gradient
-    reducing.gradient = lambda target, sources, *args, **kwargs: mark_reduced(
-        gradient(target, sources, *args, **kwargs))
-    return reducing
 
 
 def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:

@@ -24,7 +24,7 @@ from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig, capabilities
 from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
-from hvdtrain.distributed.reducer import mark_reduced, reduce_gradients, refuse_reduced
+from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
 
@@ -141,21 +141,6 @@ def check_first_step(model: tf.keras.Model) -> None:
                         "distributed, so its steps would not all-reduce: call model.compile() "
                         "again after dist.distributed_optimizer()", shared=True)
     optimizer.hvdtrain_wrapped_built = False
-
-
-class _ReducingTape:
-    """A GradientTape stand-in whose ``gradient`` returns gradients reduced across ranks."""
-
-    def __init__(self, tape: tf.GradientTape, options: HorovodConfig):
-        self._tape, self._options = tape, options
-
-    def gradient(self, target: tf.Tensor, sources: Sequence[tf.Variable]) -> list[tf.Tensor]:
-        return mark_reduced(reduce_gradients(self._tape.gradient(target, sources),
-                                             self._options, name="hvdtrain_tape_gradients"))
-
-
-def distributed_tape(tape: tf.GradientTape, options: HorovodConfig) -> Any:
-    return _ReducingTape(tape, options)
 
 
 class MetricAverage(tf.keras.callbacks.Callback):

@@ -178,6 +178,19 @@ def mark_reduced(gradients: T) -> T:
     return gradients
 
 
+class ReducingTape:
+    """A GradientTape stand-in whose ``gradient`` returns the gradients reduced across ranks
+    (``dist.distributed_tape``, Horovod's DistributedGradientTape through hvdtrain), on either
+    Keras."""
+
+    def __init__(self, tape: tf.GradientTape, options: HorovodConfig):
+        self._tape, self._options = tape, options
+
+    def gradient(self, target: tf.Tensor, sources: Sequence[Any]) -> list[Any]:
+        return mark_reduced(reduce_gradients(self._tape.gradient(target, sources),
+                                             self._options, name="hvdtrain_tape_gradients"))
+
+
 def refuse_reduced(gradients: Sequence[Any]) -> None:
     """Raises UserError when any of ``gradients`` came from a distributed tape: a distributed
     optimizer would all-reduce them a second time (the same numbers, twice the traffic)."""

@@ -16,13 +16,13 @@ from helpers import (EXACT, TESTS, assert_ok, assert_same_training, hvdtrain, im
                      keras_major, largest_difference, launch, weights)
 
 WORKER = TESTS / "binding_worker.py"
-# horovod.bucket_mb's cases (Keras 3: bucket_model at bucket_mb 0, 0.00001 and 0.0005), and
+# horovod.bucket_mb's cases (both stacks: bucket_model at bucket_mb 0, 0.00001 and 0.0005), and
 # for each, the Horovod ops of a traced step with the gradients each one waits for (variable
 # positions; backprop makes 5 first, 0 last): one grouped all-reduce per bucket, the last
 # layers' first, none waiting for a gradient of another bucket.
 BUCKETS = {"buckets_none": [[0, 1, 2, 3, 4, 5]],
            "buckets_each": [[5], [4], [3], [2], [1], [0]],
-           "buckets_some": [[3, 4, 5], [2], [0, 1]]} if keras_major() >= 3 else {}
+           "buckets_some": [[3, 4, 5], [2], [0, 1]]}
 # The cases of tests/binding_worker.py's user_step_cases that must equal 1 rank at 2B: own
 # train_step (one optimizer, two), rank 0 building a model more first, state loaded on rank 0
 # only, and on Keras 3 a loaded model.keras's optimizer made distributed.
@@ -57,16 +57,12 @@ def assert_refused_or_kept(checks: dict) -> None:
     assert checks["weight_decay"] == {"bias": [1.0, 1.0], "kernel_decayed": True}
     # A tape's gradients given to a distributed optimizer: refused, not reduced twice.
     assert checks["double_reduction"].startswith("these gradients come from dist.distributed_tape")
-    if keras_major() < 3:  # Horovod's Keras optimizer would average silently
-        assert checks["adasum_in_fit"].startswith("on Keras 2 Horovod's Keras DistributedOptimizer")
-        # Horovod's own optimizer and tape would ignore horovod.bucket_mb: one line each.
-        for key in ("bucket_mb_optimizer", "bucket_mb_tape"):
-            assert checks[key].startswith("horovod.bucket_mb is not applied on Keras 2: "
-                                          "Horovod's own optimizer and tape"), key
-        return
-    # Control for that refusal: Keras 3's reducer takes the option.
+    # Both stacks' optimizers and tapes reduce through the one reducer: buckets and Adasum
+    # taken (Keras 2 refused both while Horovod's own optimizer and tape reduced).
     assert checks["bucket_mb_optimizer"] == checks["bucket_mb_tape"] == ""
-    assert checks["adasum_in_fit"] == ""  # the one reducer does Adasum
+    assert checks["adasum_in_fit"] == ""
+    if keras_major() < 3:
+        return
     # A train function traced before the optimizer was wrapped (fit, wrap, fit): refused.
     assert checks["wrapped_after_fit"].startswith("the model's train function was made before")
     # Keras 3's own gradient accumulation: taken, the all-reduce once per update (its
