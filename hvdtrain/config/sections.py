@@ -205,8 +205,8 @@ class HorovodConfig:
                                           "then all-reduce and apply once (an effective batch "
                                           "of k * batch_size per rank; custom loop only)",
                                           default=1)
-    op: ReduceOp = _help("average | adasum (Adasum reduction: custom loop, MPI controller, a "
-                    "power-of-two number of ranks)", default="average")
+    op: ReduceOp = _help("average | adasum (Adasum reduction: MPI controller, a power-of-two "
+                    "number of ranks)", default="average")
     sparse_as_dense: bool = _help("all-reduce sparse gradients (embeddings) as dense tensors "
                                   "instead of all-gathering their slices", default=False)
     fusion_threshold_mb: float = _help("tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD); "
@@ -216,16 +216,15 @@ class HorovodConfig:
                                  "-1: the launcher's setting, else hvdtrain's 0.2 (5 for a "
                                  "process alone: world size 1, not elastic)",
                                  default=-1.0)
-    bucket_mb: float = _help("Keras 3 (and backward_passes_per_step > 1): all-reduce the dense "
-                             "gradients in buckets of about this many MB, the last layers' "
-                             "first, each one all-reduce that starts as soon as "
-                             "backprop has computed its gradients (overlapping the rest of "
-                             "backprop); 0: one all-reduce per step after the whole "
+    bucket_mb: float = _help("all-reduce the dense gradients in buckets of about this many "
+                             "MB, the last layers' first, each one all-reduce that starts as "
+                             "soon as backprop has computed its gradients (overlapping the "
+                             "rest of backprop); 0: one all-reduce per step after the whole "
                              "backward pass", default=0.0)
-    flatten: bool = _help("Keras 3 (and backward_passes_per_step > 1): all-reduce each bucket "
-                          "of dense gradients as one flat tensor, split back without copies; "
-                          "false: Horovod's grouped all-reduce (each gradient a tensor of its "
-                          "own in the timeline, copied through Horovod's fusion buffer)",
+    flatten: bool = _help("all-reduce each bucket of dense gradients as one flat tensor, split "
+                          "back without copies; false: Horovod's grouped all-reduce (each "
+                          "gradient a tensor of its own in the timeline, copied through "
+                          "Horovod's fusion buffer)",
                           default=True)
     autotune: bool = _help("let Horovod tune fusion threshold and cycle time while training "
                            "(HOROVOD_AUTOTUNE)", default=False)
