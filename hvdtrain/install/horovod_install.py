@@ -29,6 +29,9 @@ HOROVOD_VERSION = "0.28.1"
 # The TensorFlow range measured to work (README, "Supported TensorFlow"), and its pip pin.
 TENSORFLOW_RANGE = ((2, 15), (2, 21))
 TENSORFLOW_PIN = "tensorflow-cpu>=2.15,<2.22"
+# The Pythons measured (make compat): 3.11 to 3.13 (TensorFlow 2.15, the keras2 stack, has
+# wheels up to 3.11 only, and pip finds none for another).
+PYTHON_RANGE = ((3, 11), (3, 13))
 # From TensorFlow 2.19 on, Horovod 0.28.1's source needs this patch (the patch says why).
 XLA_PATCH, XLA_PATCH_FROM = "horovod-0.28.1-xla-headers-gpu-only.patch", (2, 19)
 # From Python 3.12 on (distutils gone), horovodrun needs this patch (the patch says why).
