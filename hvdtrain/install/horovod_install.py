@@ -34,8 +34,10 @@ TENSORFLOW_PIN = "tensorflow-cpu>=2.15,<2.22"
 PYTHON_RANGE = ((3, 11), (3, 13))
 # From TensorFlow 2.19 on, Horovod 0.28.1's source needs this patch (the patch says why).
 XLA_PATCH, XLA_PATCH_FROM = "horovod-0.28.1-xla-headers-gpu-only.patch", (2, 19)
-# From Python 3.12 on (distutils gone), horovodrun needs this patch (the patch says why).
+# From Python 3.12 on (distutils gone), horovodrun needs this patch (the patch says why); the
+# line it adds to an installed Python file shows that an install took it.
 DISTUTILS_PATCH, DISTUTILS_PATCH_FROM = "horovod-0.28.1-no-distutils.patch", (3, 12)
+DISTUTILS_MARKER = ("horovod/runner/js_run.py", "hvdtrain's patch: distutils left Python in 3.12")
 # Every build takes this patch (the patch says why): one tensor all-reduced in place. The line
 # it adds to an installed Python file shows that an install was built with it.
 IN_PLACE_PATCH = "horovod-0.28.1-allreduce-in-place.patch"
@@ -201,13 +203,15 @@ def built_in_place(site: Path | None = None) -> bool:
 
 def applied_patches(site: Path | None = None) -> list[str]:
     """The patches the Horovod installed in ``site`` (this interpreter's) shows, each by the
-    line only it adds: IN_PLACE_PATCH, then LAUNCHER_PATCHES. XLA_PATCH changes C++ alone and
-    leaves no such line."""
+    line only it adds: IN_PLACE_PATCH, DISTUTILS_PATCH, then LAUNCHER_PATCHES. XLA_PATCH
+    changes C++ alone and leaves no such line."""
     site = site or _horovod_site()
     util = site / "horovod" / "common" / "util.py"
     launcher = util.read_text() if util.exists() else ""
-    return ([IN_PLACE_PATCH] if built_in_place(site) else []) + [
-        patch for patch, marker in LAUNCHER_PATCHES if marker in launcher]
+    js_run = site / DISTUTILS_MARKER[0]
+    return ([IN_PLACE_PATCH] if built_in_place(site) else []) + (
+        [DISTUTILS_PATCH] if js_run.exists() and DISTUTILS_MARKER[1] in js_run.read_text()
+        else []) + [patch for patch, marker in LAUNCHER_PATCHES if marker in launcher]
 
 
 def patch_launcher() -> bool:
