@@ -89,9 +89,15 @@ python_names() {  # "3.11", "3.11 or 3.12", "3.11, 3.12 or 3.13"
 }
 refuse_python() {  # refuse_python PYTHON [VENV]: stops with one line unless the stack runs on it
     case " $PYTHONS " in *" $(python_version "$1") "*) return 0 ;; esac
-    local is="$1 is" fix="Install python${PYTHONS##* } and run again with PYTHON=python${PYTHONS##* }"
-    [ -z "${2:-}" ] || { is="$2 runs"; fix="rm -rf $2 and run again with PYTHON=python${PYTHONS##* }"; }
-    if command -v "$1" >/dev/null; then is="$is $("$1" -V 2>&1)"; else is="$is not found"; fi
+    local newest=${PYTHONS##* } is fix
+    fix="Install python$newest and run again with PYTHON=python$newest"
+    if ! command -v "$1" >/dev/null; then
+        is="$1 is not found"
+    elif [ -n "${2:-}" ]; then
+        is="$2 runs $("$1" -V 2>&1)" fix="rm -rf $2 and run again with PYTHON=python$newest"
+    else
+        is="$1 is $("$1" -V 2>&1)"
+    fi
     [ "$STACK" != keras2 ] || die "the keras2 stack needs Python $(python_names) (TensorFlow 2.15 stops there); $is. $fix."
     die "hvdtrain needs Python $(python_names); $is. $fix."
 }
