@@ -18,9 +18,10 @@ def _fake_python(folder: Path, version: str, name: str = "python-fake") -> Path:
     fake.parent.mkdir(parents=True, exist_ok=True)
     # Answers `-V` with the version and the setup's question for sys.version_info with its
     # major.minor, as that Python would; anything else (`-m venv`) does nothing.
+    major_minor = ".".join(version.split(".")[:2])
     fake.write_text("#!/bin/sh\n"
                     f'[ "$1" = -V ] && {{ echo "Python {version}"; exit 0; }}\n'
-                    f'case "$2" in *version_info*) echo {".".join(version.split(".")[:2])} ;; esac\n'
+                    f'case "$2" in *version_info*) echo {major_minor} ;; esac\n'
                     "exit 0\n")
     fake.chmod(0o755)
     return fake
