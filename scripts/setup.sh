@@ -121,7 +121,7 @@ NUMPY_PIN="numpy<2"
 PIP=("$PY" -m pip --disable-pip-version-check -q)
 
 has_version() {  # has_version DIST VERSION-PREFIX: is DIST installed at that version?
-    "$PY" - "$1" "$2" <<'PYEOF'
+    "$PY" -P - "$1" "$2" <<'PYEOF'  # -P: not the checkout's own hvdtrain.egg-info
 import sys
 from importlib import metadata
 try:

@@ -128,3 +128,20 @@ def test_horovodrun_build_check_mutes_what_libraries_write_to_the_descriptors():
     loud = subprocess.run([sys.executable, "-c", CHECKED_QUIETLY.format(verbose=True)],
                           capture_output=True, text=True, timeout=120)
     assert "a C++ line on file descriptor 2" in loud.stderr, loud.stderr
+
+
+def test_has_version_does_not_read_a_distribution_from_the_working_folder(tmp_path):
+    # `pip wheel .` (the README's way to a wheel) leaves hvdtrain.egg-info in the checkout, from
+    # which setup.sh runs: read from there, it made a venv without hvdtrain look installed, and
+    # `make demo` found no hvdtrain command. setup.sh's has_version, alone, on a folder holding
+    # such metadata:
+    (tmp_path / "somedist.egg-info").mkdir()
+    (tmp_path / "somedist.egg-info" / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: somedist\nVersion: 1.0\n")
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    function = setup[setup.index("has_version() {"):setup.index("\nPYEOF\n}\n") + 8]
+    probe = lambda body: subprocess.run(
+        ["bash", "-c", f'{body}\nPY="$1"; has_version somedist ""', "bash", sys.executable],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60).returncode
+    assert probe(function) == 1, "has_version read the working folder's egg-info"
+    assert probe(function.replace('"$PY" -P -', '"$PY" -')) == 0   # control: without -P it does
