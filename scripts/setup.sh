@@ -89,14 +89,15 @@ python_names() {  # "3.11", "3.11 or 3.12", "3.11, 3.12 or 3.13"
 }
 refuse_python() {  # refuse_python PYTHON [VENV]: stops with one line unless the stack runs on it
     case " $PYTHONS " in *" $(python_version "$1") "*) return 0 ;; esac
-    local newest=${PYTHONS##* } is fix
+    local newest=${PYTHONS##* } is fix version
     fix="Install python$newest and run again with PYTHON=python$newest"
-    if ! command -v "$1" >/dev/null; then
+    version=$("$1" -V 2>/dev/null) || version=""  # a pyenv shim of another version fails here
+    if [ -z "$version" ]; then
         is="$1 is not found"
     elif [ -n "${2:-}" ]; then
-        is="$2 runs $("$1" -V 2>&1)" fix="rm -rf $2 and run again with PYTHON=python$newest"
+        is="$2 runs $version" fix="rm -rf $2 and run again with PYTHON=python$newest"
     else
-        is="$1 is $("$1" -V 2>&1)"
+        is="$1 is $version"
     fi
     [ "$STACK" != keras2 ] || die "the keras2 stack needs Python $(python_names) (TensorFlow 2.15 stops there); $is. $fix."
     die "hvdtrain needs Python $(python_names); $is. $fix."

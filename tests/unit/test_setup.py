@@ -47,6 +47,23 @@ def test_setup_refuses_python_310_with_one_line(tmp_path):
     assert not (tmp_path / "venv").exists()
 
 
+def test_setup_refuses_a_python_that_does_not_run_with_one_line(tmp_path):
+    # A missing interpreter, or a pyenv shim of a version pyenv does not select (it exits 127),
+    # is named in the same one line, not a silent exit of `set -e`.
+    missing = tmp_path / "python3.10"
+    result = _setup(tmp_path, missing)
+    assert result.returncode == 1
+    assert _errors(result) == [f"[setup] error: hvdtrain needs Python 3.11, 3.12 or 3.13; "
+                               f"{missing} is not found. Install python3.13 and run again with "
+                               f"PYTHON=python3.13."], result.stderr
+    shim = tmp_path / "python3.12"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    assert _errors(_setup(tmp_path, shim))[-1].endswith(f"{shim} is not found. Install "
+                                                        f"python3.13 and run again with "
+                                                        f"PYTHON=python3.13.")
+
+
 @pytest.mark.parametrize("version", ["3.11.7", "3.12.1", "3.13.0"])
 def test_setup_passes_the_version_check_on_311_to_313(tmp_path, version):
     # Control: the same fake as 3.11 to 3.13 gets past the check (and fails later, since it is
