@@ -118,8 +118,9 @@ bench-quick: install
 
 # The TensorFlow range measured (hours: Horovod built once per version): every minor version
 # from 2.15 to 2.21 in a fresh venv from the wheel, then the correctness core; a table into
-# benchmarks/results/compat-DATE.md. COMPAT_VERSIONS="2.19.1 2.21.0" picks versions.
-compat:  # COMPAT_PYTHONS="3.12 3.13": the Python axis (default python3.11)
+# benchmarks/results/compat-DATE.md. COMPAT_VERSIONS="2.19.1 2.21.0" picks versions, and
+# COMPAT_PYTHONS="3.12 3.13" the Pythons each runs on (default python3.11).
+compat:
 	scripts/compat.sh /tmp/hvdtrain-compat $(COMPAT_VERSIONS)
 
 # The container image hvdtrain:latest of the default stack, with podman, as root (tens of minutes
