@@ -10,7 +10,9 @@ VENV ?= $(call venv_of,$(STACK))
 OTHER_VENV := $(call venv_of,$(OTHER_STACK))
 NP ?= 2
 PY := $(VENV)/bin/python
-SETUP = HVDTRAIN_STACK=$(1) HVDTRAIN_VENV=$(2) bash scripts/setup.sh
+# PYTHON (e.g. make demo PYTHON=python3.12) picks the interpreter of $(STACK)'s venv; the other
+# stack that make test, bench and guarantees set up beside it keeps its own (keras2: 3.11 only).
+SETUP = HVDTRAIN_STACK=$(1) HVDTRAIN_VENV=$(2) $(if $(filter-out $(STACK),$(1)),PYTHON=) bash scripts/setup.sh
 
 # The venv's horovodrun, hvdtrain and python must be what every rank finds on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
