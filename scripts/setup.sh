@@ -132,8 +132,8 @@ except metadata.PackageNotFoundError:
 PYEOF
 }
 
-# 3. The pinned Python stack ($NUMPY_PIN above). Horovod is
-# compiled against one TensorFlow, so a virtualenv holding another TensorFlow is made anew.
+# 3. The pinned Python stack (numpy: NUMPY_PIN above). Horovod is compiled against one
+# TensorFlow, so a virtualenv holding another TensorFlow is made anew.
 # pytest-timeout: the suite's hard limit per test (pyproject.toml), so that a hang fails a test.
 tf_installed=$("$PY" -c 'from importlib import metadata; print(metadata.version("tensorflow-cpu"))' 2>/dev/null || true)
 if [ -n "$tf_installed" ] && [ "$tf_installed" != "$TF_VERSION" ]; then
