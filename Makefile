@@ -10,7 +10,9 @@ VENV ?= $(call venv_of,$(STACK))
 OTHER_VENV := $(call venv_of,$(OTHER_STACK))
 NP ?= 2
 PY := $(VENV)/bin/python
-SETUP = HVDTRAIN_STACK=$(1) HVDTRAIN_VENV=$(2) bash scripts/setup.sh
+# PYTHON (e.g. make demo PYTHON=python3.12) picks the interpreter of $(STACK)'s venv; the other
+# stack that make test, bench and guarantees set up beside it keeps its own (keras2: 3.11 only).
+SETUP = HVDTRAIN_STACK=$(1) HVDTRAIN_VENV=$(2) $(if $(filter-out $(STACK),$(1)),PYTHON=) bash scripts/setup.sh
 
 # The venv's horovodrun, hvdtrain and python must be what every rank finds on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -118,7 +120,8 @@ bench-quick: install
 
 # The TensorFlow range measured (hours: Horovod built once per version): every minor version
 # from 2.15 to 2.21 in a fresh venv from the wheel, then the correctness core; a table into
-# benchmarks/results/compat-DATE.md. COMPAT_VERSIONS="2.19.1 2.21.0" picks versions.
+# benchmarks/results/compat-DATE.md. COMPAT_VERSIONS="2.19.1 2.21.0" picks versions, and
+# COMPAT_PYTHONS="3.12 3.13" the Pythons each runs on (default python3.11).
 compat:
 	scripts/compat.sh /tmp/hvdtrain-compat $(COMPAT_VERSIONS)
 

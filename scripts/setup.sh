@@ -10,9 +10,10 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 STACK=${HVDTRAIN_STACK:-keras3}
+# PYTHONS: the Pythons the stack runs on (TensorFlow 2.15 has wheels up to 3.11 only).
 case "$STACK" in
-    keras3) TF_VERSION=2.21.0 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv ;;
-    keras2) TF_VERSION=2.15.1 KERAS_PIN="" DEFAULT_VENV=.venv-keras2 ;;
+    keras3) TF_VERSION=2.21.0 KERAS_PIN="keras==3.15.1" DEFAULT_VENV=.venv PYTHONS="3.11 3.12 3.13" ;;
+    keras2) TF_VERSION=2.15.1 KERAS_PIN="" DEFAULT_VENV=.venv-keras2 PYTHONS="3.11" ;;
     *) printf '[setup] error: unknown stack %s: choose keras3 or keras2\n' "$STACK" >&2; exit 2 ;;
 esac
 VENV=${HVDTRAIN_VENV:-$DEFAULT_VENV}
@@ -75,21 +76,53 @@ if [ "${1:-}" = "--with-test-tools" ] && missing_slurm; then
     fi
 fi
 
-# 2. The virtualenv, on the one Python hvdtrain is tested on: 3.11 (TensorFlow 2.15 stops at
-# 3.11; hvdtrain reads TOML with tomllib, new in 3.11).
+# 2. The virtualenv, on a Python the stack runs on ($PYTHONS; hvdtrain reads TOML with tomllib,
+# new in 3.11). PYTHON=python3.12 picks the interpreter, and makes anew a virtualenv on another.
+PYTHON_ASKED=${PYTHON:-}
 PYTHON=${PYTHON:-python3}
+python_version() {  # python_version PYTHON: its major.minor; nothing if it does not run
+    "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true
+}
+python_names() {  # "3.11", "3.11 or 3.12", "3.11, 3.12 or 3.13"
+    local names=${PYTHONS// /, }
+    case "$names" in *", "*) echo "${names%, *} or ${names##*, }" ;; *) echo "$names" ;; esac
+}
+refuse_python() {  # refuse_python PYTHON [VENV]: stops with one line unless the stack runs on it
+    case " $PYTHONS " in *" $(python_version "$1") "*) return 0 ;; esac
+    local newest=${PYTHONS##* } is fix version
+    fix="Install python$newest and run again with PYTHON=python$newest"
+    version=$("$1" -V 2>/dev/null) || version=""  # a pyenv shim of another version fails here
+    if [ -z "$version" ]; then
+        is="$1 is not found"
+    elif [ -n "${2:-}" ]; then
+        is="$2 runs $version" fix="rm -rf $2 and run again with PYTHON=python$newest"
+    else
+        is="$1 is $version"
+    fi
+    [ "$STACK" != keras2 ] || die "the keras2 stack needs Python $(python_names) (TensorFlow 2.15 stops there); $is. $fix."
+    die "hvdtrain needs Python $(python_names); $is. $fix."
+}
 if [ ! -x "$PY" ]; then
-    "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null \
-        || die "hvdtrain needs Python 3.11; $PYTHON is $("$PYTHON" -V 2>&1). Install python3.11 and run again with PYTHON=python3.11."
+    refuse_python "$PYTHON"
     say "creating virtualenv $VENV"
     "$PYTHON" -m venv "$VENV"
+elif [ -n "$PYTHON_ASKED" ] && [ "$(python_version "$PY")" != "$(python_version "$PYTHON")" ]; then
+    refuse_python "$PYTHON"
+    say "$VENV runs $("$PY" -V 2>&1), not $("$PYTHON" -V 2>&1) (PYTHON=$PYTHON): making it anew"
+    rm -rf "$VENV"
+    "$PYTHON" -m venv "$VENV"
 fi
-"$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
-    || die "$VENV runs $("$PY" -V 2>&1), but hvdtrain needs Python 3.11: rm -rf $VENV and run again with PYTHON=python3.11."
+refuse_python "$PY" "$VENV"
+# The interpreter the virtualenv was made from, to make it anew on the same Python.
+BASE_PYTHON=$("$PY" -c 'import sys; print(sys._base_executable)')
+# numpy<2 where there is a numpy 1 wheel (Horovod 0.28.1 predates numpy 2); numpy 1.26 has no
+# wheel for 3.13, where TensorFlow's own requirement picks a numpy 2 (measured: make compat).
+NUMPY_PIN="numpy<2"
+[ "$(python_version "$PY")" != 3.13 ] || NUMPY_PIN=""
 PIP=("$PY" -m pip --disable-pip-version-check -q)
 
 has_version() {  # has_version DIST VERSION-PREFIX: is DIST installed at that version?
-    "$PY" - "$1" "$2" <<'PYEOF'
+    "$PY" -P - "$1" "$2" <<'PYEOF'  # -P: not the checkout's own hvdtrain.egg-info
 import sys
 from importlib import metadata
 try:
@@ -99,21 +132,21 @@ except metadata.PackageNotFoundError:
 PYEOF
 }
 
-# 3. The pinned Python stack (numpy<2 on both: Horovod 0.28.1 predates numpy 2). Horovod is
-# compiled against one TensorFlow, so a virtualenv holding another TensorFlow is made anew.
+# 3. The pinned Python stack (numpy: NUMPY_PIN above). Horovod is compiled against one
+# TensorFlow, so a virtualenv holding another TensorFlow is made anew.
 # pytest-timeout: the suite's hard limit per test (pyproject.toml), so that a hang fails a test.
 tf_installed=$("$PY" -c 'from importlib import metadata; print(metadata.version("tensorflow-cpu"))' 2>/dev/null || true)
 if [ -n "$tf_installed" ] && [ "$tf_installed" != "$TF_VERSION" ]; then
     say "$VENV holds tensorflow-cpu $tf_installed, not $TF_VERSION (stack $STACK): making it anew"
     rm -rf "$VENV"
-    "$PYTHON" -m venv "$VENV"
+    "$BASE_PYTHON" -m venv "$VENV"
 fi
 if ! has_version tensorflow-cpu "$TF_VERSION" || { [ -n "$KERAS_PIN" ] && ! has_version keras "${KERAS_PIN#keras==}"; } \
    || ! has_version mpi4py 4 || ! has_version scikit-learn "" || ! has_version pytest "" \
    || ! has_version pytest-timeout 2 || ! has_version matplotlib "" || ! has_version tensorboard ""; then
-    say "installing $TF_PIN ${KERAS_PIN:+$KERAS_PIN }(stack $STACK), numpy<2, mpi4py, scikit-learn, tensorboard, pytest, pytest-timeout, matplotlib (pip)"
+    say "installing $TF_PIN ${KERAS_PIN:+$KERAS_PIN }(stack $STACK), ${NUMPY_PIN:-numpy}, mpi4py, scikit-learn, tensorboard, pytest, pytest-timeout, matplotlib (pip)"
     # tensorboard: TensorFlow 2.21 no longer brings it, and run.tensorboard's logs need it.
-    "${PIP[@]}" install "$TF_PIN" ${KERAS_PIN:+"$KERAS_PIN"} "numpy<2" "mpi4py>=4,<5" scikit-learn \
+    "${PIP[@]}" install "$TF_PIN" ${KERAS_PIN:+"$KERAS_PIN"} ${NUMPY_PIN:+"$NUMPY_PIN"} "mpi4py>=4,<5" scikit-learn \
         tensorboard pytest "pytest-timeout>=2,<3" matplotlib wheel "setuptools>=64"
 fi
 

@@ -103,11 +103,15 @@ def _run(command: Sequence[str], timeout: float, env: dict[str, str] | None = No
         return None, proc.communicate()[0]
 
 
-def check_python() -> Check:
-    """ok on Python 3.11, the one hvdtrain supports."""
-    ok = sys.version_info[:2] == (3, 11)
-    return Check("python", ok, f"{platform.python_version()} ({sys.executable})" if ok else
-                 f"{platform.python_version()}: hvdtrain needs Python 3.11; make a 3.11 venv")
+def check_python(version: tuple[int, int] | None = None) -> Check:
+    """ok on the Pythons hvdtrain is measured on (horovod_install.PYTHON_RANGE); ``version``
+    (major, minor) stands in for this interpreter's in tests."""
+    low, high = horovod_install.PYTHON_RANGE
+    ok = low <= (version or sys.version_info[:2]) <= high
+    shown = ".".join(map(str, version)) if version else platform.python_version()
+    return Check("python", ok, f"{shown} ({sys.executable})" if ok else
+                 f"{shown}: hvdtrain needs Python {low[0]}.{low[1]} to {high[0]}.{high[1]}; "
+                 f"make a venv on one of them")
 
 
 def check_tensorflow() -> Check:

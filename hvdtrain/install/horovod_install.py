@@ -29,8 +29,15 @@ HOROVOD_VERSION = "0.28.1"
 # The TensorFlow range measured to work (README, "Supported TensorFlow"), and its pip pin.
 TENSORFLOW_RANGE = ((2, 15), (2, 21))
 TENSORFLOW_PIN = "tensorflow-cpu>=2.15,<2.22"
+# The Pythons measured (make compat): 3.11 to 3.13 (TensorFlow 2.15, the keras2 stack, has
+# wheels up to 3.11 only, and pip finds none for another).
+PYTHON_RANGE = ((3, 11), (3, 13))
 # From TensorFlow 2.19 on, Horovod 0.28.1's source needs this patch (the patch says why).
 XLA_PATCH, XLA_PATCH_FROM = "horovod-0.28.1-xla-headers-gpu-only.patch", (2, 19)
+# From Python 3.12 on (distutils gone), horovodrun needs this patch (the patch says why); the
+# line it adds to an installed Python file shows that an install took it.
+DISTUTILS_PATCH, DISTUTILS_PATCH_FROM = "horovod-0.28.1-no-distutils.patch", (3, 12)
+DISTUTILS_MARKER = ("horovod/runner/js_run.py", "hvdtrain's patch: distutils left Python in 3.12")
 # Every build takes this patch (the patch says why): one tensor all-reduced in place. The line
 # it adds to an installed Python file shows that an install was built with it.
 IN_PLACE_PATCH = "horovod-0.28.1-allreduce-in-place.patch"
@@ -196,13 +203,15 @@ def built_in_place(site: Path | None = None) -> bool:
 
 def applied_patches(site: Path | None = None) -> list[str]:
     """The patches the Horovod installed in ``site`` (this interpreter's) shows, each by the
-    line only it adds: IN_PLACE_PATCH, then LAUNCHER_PATCHES. XLA_PATCH changes C++ alone and
-    leaves no such line."""
+    line only it adds: IN_PLACE_PATCH, DISTUTILS_PATCH, then LAUNCHER_PATCHES. XLA_PATCH
+    changes C++ alone and leaves no such line."""
     site = site or _horovod_site()
     util = site / "horovod" / "common" / "util.py"
     launcher = util.read_text() if util.exists() else ""
-    return ([IN_PLACE_PATCH] if built_in_place(site) else []) + [
-        patch for patch, marker in LAUNCHER_PATCHES if marker in launcher]
+    js_run = site / DISTUTILS_MARKER[0]
+    return ([IN_PLACE_PATCH] if built_in_place(site) else []) + (
+        [DISTUTILS_PATCH] if js_run.exists() and DISTUTILS_MARKER[1] in js_run.read_text()
+        else []) + [patch for patch, marker in LAUNCHER_PATCHES if marker in launcher]
 
 
 def patch_launcher() -> bool:
@@ -232,6 +241,18 @@ def _extract(archive: tarfile.TarFile, folder: Path) -> None:
     archive.extractall(folder)
 
 
+def source_patches(tensorflow: str, python: tuple[int, int]) -> list[tuple[str, str]]:
+    """The patches Horovod's source takes before a build against TensorFlow ``tensorflow`` on
+    Python ``python`` (major, minor), in order, each with the reason it applies ('' for every
+    build)."""
+    patches: list[tuple[str, str]] = []
+    if minor(tensorflow) >= XLA_PATCH_FROM:
+        patches.append((XLA_PATCH, f" for TensorFlow {tensorflow}"))
+    if python >= DISTUTILS_PATCH_FROM:
+        patches.append((DISTUTILS_PATCH, f" for Python {python[0]}.{python[1]}"))
+    return patches + [(IN_PLACE_PATCH, "")]
+
+
 def build(tensorflow: str, say: Callable[[str], None]) -> None:
     """Downloads Horovod's source, patches it for this TensorFlow and builds it here, in this
     interpreter's environment (no build isolation: it must see this TensorFlow)."""
@@ -246,11 +267,9 @@ def build(tensorflow: str, say: Callable[[str], None]) -> None:
         with tarfile.open(next(Path(tmp).glob("horovod-*.tar.gz"))) as archive:
             _extract(archive, Path(tmp))
         source = Path(tmp) / f"horovod-{HOROVOD_VERSION}"
-        if minor(tensorflow) >= XLA_PATCH_FROM:
-            say(f"patching Horovod's source for TensorFlow {tensorflow}: {XLA_PATCH}")
-            _patch(XLA_PATCH, source)
-        say(f"patching Horovod's source: {IN_PLACE_PATCH}")
-        _patch(IN_PLACE_PATCH, source)
+        for patch, why in source_patches(tensorflow, sys.version_info[:2]):
+            say(f"patching Horovod's source{why}: {patch}")
+            _patch(patch, source)
         say(f"building horovod {HOROVOD_VERSION} with TensorFlow {tensorflow}, MPI and Gloo "
             f"(a few minutes)")
         env = {**os.environ, **BUILD_ENV, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"}

@@ -173,3 +173,29 @@ def test_tensorflow_range_is_checked_with_the_install_command():
         assert "outside hvdtrain's range 2.15 to 2.21: pip install" in \
             horovod_install.tensorflow_problem(outside)
     assert "TensorFlow is not installed" in horovod_install.tensorflow_problem(None)
+
+
+def test_python_range_is_checked_with_the_range_in_one_line():
+    for inside in ((3, 11), (3, 12), (3, 13)):
+        assert doctor.check_python(inside).ok, inside
+    for outside in ((3, 10), (3, 14)):
+        check = doctor.check_python(outside)
+        assert not check.ok and check.detail == (
+            f"{outside[0]}.{outside[1]}: hvdtrain needs Python 3.11 to 3.13; make a venv on one "
+            f"of them"), check
+    assert doctor.check_python().ok   # this venv's own Python
+
+
+def test_horovods_source_takes_each_patch_from_its_tensorflow_and_python():
+    xla, distutils, in_place = (horovod_install.XLA_PATCH, horovod_install.DISTUTILS_PATCH,
+                                horovod_install.IN_PLACE_PATCH)
+    names = lambda tensorflow, python: [patch for patch, _ in horovod_install.source_patches(
+        tensorflow, python)]
+    assert names("2.15.1", (3, 11)) == [in_place]   # the control: the in-place patch alone
+    assert names("2.18.1", (3, 12)) == [distutils, in_place]
+    assert names("2.19.1", (3, 11)) == [xla, in_place]
+    assert names("2.21.0", (3, 13)) == [xla, distutils, in_place]
+    assert dict(horovod_install.source_patches("2.21.0", (3, 12)))[distutils] == " for Python 3.12"
+    for patch in (xla, distutils, in_place):   # each is shipped, and named in NOTICE
+        assert (ROOT / "scripts" / "patches" / patch).is_file(), patch
+        assert patch in (ROOT / "NOTICE").read_text(), patch

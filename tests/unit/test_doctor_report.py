@@ -107,13 +107,18 @@ def test_the_patches_are_read_from_the_lines_each_adds(tmp_path, reports):
     util = tmp_path / "horovod" / "common" / "util.py"
     mpi_ops.parent.mkdir(parents=True)
     util.parent.mkdir(parents=True)
+    js_run = tmp_path / horovod_install.DISTUTILS_MARKER[0]
+    js_run.parent.mkdir(parents=True)
     mpi_ops.write_text("def _allreduce(): pass\n")
     util.write_text("def _check_extension_lambda(): pass\n")
+    js_run.write_text("from distutils.spawn import find_executable\n")
     assert horovod_install.applied_patches(tmp_path) == []   # the control: unpatched
     mpi_ops.write_text(f"# {horovod_install.IN_PLACE_MARKER[1]}\n")
     util.write_text("\n".join(marker for _, marker in horovod_install.LAUNCHER_PATCHES))
+    js_run.write_text(f"# {horovod_install.DISTUTILS_MARKER[1]}\n")
     assert horovod_install.applied_patches(tmp_path) == [
-        horovod_install.IN_PLACE_PATCH, *(p for p, _ in horovod_install.LAUNCHER_PATCHES)]
+        horovod_install.IN_PLACE_PATCH, horovod_install.DISTUTILS_PATCH,
+        *(p for p, _ in horovod_install.LAUNCHER_PATCHES)]
     # This venv's Horovod, as the report names it (the in-place patch: see doctor's check).
     named = report_fields(reports["none"])["horovod patches"]
     assert ("allreduce-in-place" in named) == horovod_install.built_in_place()

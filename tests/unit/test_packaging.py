@@ -35,7 +35,8 @@ def test_wheel_ships_scripts_patches_and_docs_and_pins_no_tensorflow_or_horovod(
                     "patches/horovod-0.28.1-xla-headers-gpu-only.patch",
                     "patches/horovod-0.28.1-fast-build-check.patch",
                     "patches/horovod-0.28.1-quiet-build-check.patch",
-                    "patches/horovod-0.28.1-allreduce-in-place.patch", "docs/cluster.md"):
+                    "patches/horovod-0.28.1-allreduce-in-place.patch",
+                    "patches/horovod-0.28.1-no-distutils.patch", "docs/cluster.md"):
         assert f"hvdtrain/shipped/{shipped}" in names, sorted(names)
     # One top-level package, hvdtrain: the benchmarks inside it, without their results.
     assert {"hvdtrain/bench/registry.py", "hvdtrain/bench/shared/cost_model.py"} <= names

@@ -1,4 +1,5 @@
-"""scripts/setup.sh refuses a Python other than 3.11 with one line, before it installs anything."""
+"""scripts/setup.sh refuses a Python its stack does not run on with one line, before it installs
+anything: keras3 runs on 3.11 to 3.13, keras2 (TensorFlow 2.15) on 3.11 alone."""
 from __future__ import annotations
 
 import subprocess
@@ -12,40 +13,90 @@ from helpers import ROOT
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 
-def _fake_python(tmp_path: Path, version: str) -> Path:
-    fake = tmp_path / "python-fake"
-    major_minor = tuple(int(v) for v in version.split(".")[:2])
-    # Answers `-V` with the version, and the setup's version check as that Python would.
+def _fake_python(folder: Path, version: str, name: str = "python-fake") -> Path:
+    fake = folder / name
+    fake.parent.mkdir(parents=True, exist_ok=True)
+    # Answers `-V` with the version and the setup's question for sys.version_info with its
+    # major.minor, as that Python would; anything else (`-m venv`) does nothing.
+    major_minor = ".".join(version.split(".")[:2])
     fake.write_text("#!/bin/sh\n"
                     f'[ "$1" = -V ] && {{ echo "Python {version}"; exit 0; }}\n'
-                    f"exit {0 if major_minor == (3, 11) else 1}\n")
+                    f'case "$2" in *version_info*) echo {major_minor} ;; esac\n'
+                    "exit 0\n")
     fake.chmod(0o755)
     return fake
 
 
-def _setup(tmp_path: Path, python: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(python),
+def _setup(tmp_path: Path, python: Path, stack: str = "keras3") -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(python), "HVDTRAIN_STACK": stack,
            "HVDTRAIN_VENV": str(tmp_path / "venv")}
     return subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], env=env,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
+def _errors(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
 def test_setup_refuses_python_310_with_one_line(tmp_path):
     result = _setup(tmp_path, _fake_python(tmp_path, "3.10.12"))
     assert result.returncode == 1
-    errors = [line for line in result.stderr.splitlines() if line.strip()]
-    assert errors == [f"[setup] error: hvdtrain needs Python 3.11; {tmp_path}/python-fake is "
-                      f"Python 3.10.12. Install python3.11 and run again with "
-                      f"PYTHON=python3.11."], result.stderr
+    assert _errors(result) == [f"[setup] error: hvdtrain needs Python 3.11, 3.12 or 3.13; "
+                               f"{tmp_path}/python-fake is Python 3.10.12. Install python3.13 "
+                               f"and run again with PYTHON=python3.13."], result.stderr
     assert not (tmp_path / "venv").exists()
 
 
-def test_setup_passes_the_version_check_on_311(tmp_path):
-    # Control: the same fake as 3.11 gets past the check (and fails later, since it is no
-    # real Python), so the refusal above is the version check's doing.
-    result = _setup(tmp_path, _fake_python(tmp_path, "3.11.7"))
+def test_setup_refuses_a_python_that_does_not_run_with_one_line(tmp_path):
+    # A missing interpreter, or a pyenv shim of a version pyenv does not select (it exits 127),
+    # is named in the same one line, not a silent exit of `set -e`.
+    missing = tmp_path / "python3.10"
+    result = _setup(tmp_path, missing)
+    assert result.returncode == 1
+    assert _errors(result) == [f"[setup] error: hvdtrain needs Python 3.11, 3.12 or 3.13; "
+                               f"{missing} is not found. Install python3.13 and run again with "
+                               f"PYTHON=python3.13."], result.stderr
+    shim = tmp_path / "python3.12"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    assert _errors(_setup(tmp_path, shim))[-1].endswith(f"{shim} is not found. Install "
+                                                        f"python3.13 and run again with "
+                                                        f"PYTHON=python3.13.")
+
+
+@pytest.mark.parametrize("version", ["3.11.7", "3.12.1", "3.13.0"])
+def test_setup_passes_the_version_check_on_311_to_313(tmp_path, version):
+    # Control: the same fake as 3.11 to 3.13 gets past the check (and fails later, since it is
+    # no real Python), so the refusal above is the version check's doing.
+    result = _setup(tmp_path, _fake_python(tmp_path, version))
     assert "python-fake is Python" not in result.stderr
     assert "creating virtualenv" in result.stdout
+
+
+def test_keras2_stack_refuses_python_312_with_one_line(tmp_path):
+    result = _setup(tmp_path, _fake_python(tmp_path, "3.12.1"), stack="keras2")
+    assert result.returncode == 1
+    assert _errors(result) == [f"[setup] error: the keras2 stack needs Python 3.11 (TensorFlow "
+                               f"2.15 stops there); {tmp_path}/python-fake is Python 3.12.1. "
+                               f"Install python3.11 and run again with PYTHON=python3.11."], \
+        result.stderr
+    assert not (tmp_path / "venv").exists()
+    # Control: 3.11 gets past it on the same stack.
+    result = _setup(tmp_path, _fake_python(tmp_path, "3.11.7"), stack="keras2")
+    assert "creating virtualenv" in result.stdout and "python-fake is Python" not in result.stderr
+
+
+def test_a_venv_on_another_python_than_the_one_asked_for_is_made_anew(tmp_path):
+    _fake_python(tmp_path / "venv" / "bin", "3.11.7", name="python")
+    result = _setup(tmp_path, _fake_python(tmp_path, "3.12.1"))
+    assert (f"{tmp_path}/venv runs Python 3.11.7, not Python 3.12.1 "
+            f"(PYTHON={tmp_path}/python-fake): making it anew") in result.stdout, result.stdout
+    assert not (tmp_path / "venv").exists()   # the fake's `-m venv` makes nothing
+    # Control: asked for the Python it runs, the venv is kept.
+    _fake_python(tmp_path / "venv" / "bin", "3.12.1", name="python")
+    result = _setup(tmp_path, _fake_python(tmp_path, "3.12.1"))
+    assert "making it anew" not in result.stdout
+    assert (tmp_path / "venv" / "bin" / "python").exists()
 
 
 def _python(code: str) -> str:
@@ -94,3 +145,20 @@ def test_horovodrun_build_check_mutes_what_libraries_write_to_the_descriptors():
     loud = subprocess.run([sys.executable, "-c", CHECKED_QUIETLY.format(verbose=True)],
                           capture_output=True, text=True, timeout=120)
     assert "a C++ line on file descriptor 2" in loud.stderr, loud.stderr
+
+
+def test_has_version_does_not_read_a_distribution_from_the_working_folder(tmp_path):
+    # `pip wheel .` (the README's way to a wheel) leaves hvdtrain.egg-info in the checkout, from
+    # which setup.sh runs: read from there, it made a venv without hvdtrain look installed, and
+    # `make demo` found no hvdtrain command. setup.sh's has_version, alone, on a folder holding
+    # such metadata:
+    (tmp_path / "somedist.egg-info").mkdir()
+    (tmp_path / "somedist.egg-info" / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: somedist\nVersion: 1.0\n")
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    function = setup[setup.index("has_version() {"):setup.index("\nPYEOF\n}\n") + 8]
+    probe = lambda body: subprocess.run(
+        ["bash", "-c", f'{body}\nPY="$1"; has_version somedist ""', "bash", sys.executable],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60).returncode
+    assert probe(function) == 1, "has_version read the working folder's egg-info"
+    assert probe(function.replace('"$PY" -P -', '"$PY" -')) == 0   # control: without -P it does
