@@ -108,8 +108,9 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
                             "on by itself when it sees a GPU), but Horovod's all-reduce has no "
                             "XLA lowering: compile with jit_compile=False")
         self.binding.check_fit_start(self.model)
-        same_steps(self.params.get("steps"))
-        guard_steps(self.model)  # before the first step's wrapper, which puts it back
+        steps = self.params.get("steps")
+        same_steps(steps)
+        guard_steps(self.model, steps is None)  # before the first step's wrapper (it puts it back)
         if self.done:
             return
         if self.model.built and self.model.variables:

@@ -27,17 +27,21 @@ LAYOUT = "hvdtrain_gradient_layout"  # on the optimizer: [(variable, has a gradi
 
 
 class GuardedSteps:
-    """``train_function`` counting this epoch's calls, and catching where they end."""
+    """``train_function`` counting this epoch's calls, and catching where they end.
+    ``unknown_length``: the data's length was unknown when fit began (with a known one,
+    every rank was shown to run as many steps, and Keras stops each at that count)."""
 
-    def __init__(self, train_function: Any, model: Any):
+    def __init__(self, train_function: Any, model: Any, unknown_length: bool):
         self.train_function, self.model, self.calls = train_function, model, 0
+        self.unknown_length = unknown_length
 
     def __call__(self, iterator: Any) -> Any:
         try:
             logs = self.train_function(iterator)
         except (StopIteration, tf.errors.OutOfRangeError):
             calls, self.calls = self.calls, 0
-            ran_out_together(calls)
+            if self.unknown_length:
+                ran_out_together(calls)
             raise
         except tf.errors.OpError as error:
             problem = layout_problem(self.model) if "Mismatched" in str(error) else None
@@ -48,14 +52,14 @@ class GuardedSteps:
         return logs
 
 
-def guard_steps(model: Any) -> None:
+def guard_steps(model: Any, unknown_length: bool) -> None:
     """``model.train_function`` (made by fit before ``on_train_begin``) guarded, its count
     started again; a dataset of known length was checked before (``same_steps``)."""
     current = getattr(model, "train_function", None)
     if isinstance(current, GuardedSteps):
-        current.calls = 0
+        current.calls, current.unknown_length = 0, unknown_length
     elif current is not None:
-        model.train_function = GuardedSteps(current, model)
+        model.train_function = GuardedSteps(current, model, unknown_length)
 
 
 def ran_out_together(calls: int) -> None:
