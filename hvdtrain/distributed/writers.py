@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,11 +48,12 @@ def write_safely() -> None:
         backup.on_train_end = removed_by_any_rank(backup.on_train_end)
 
 
-def own_file(path: Path, rank: int) -> Path:
-    """Where ``rank`` writes before moving the file to ``path``: beside it (the same file
-    system, so the move is atomic), hidden, and ending as ``path`` ends, as Keras picks the
-    format by the name's ending (``.weights.h5`` for ``save_weights``)."""
-    return path.with_name(f".hvdtrain-rank{rank}-{os.getpid()}-{path.name}")
+def own_file(path: Path) -> Path:
+    """Where this process writes before moving the file to ``path``: beside it (the same file
+    system, so the move is atomic), hidden, named for this host and process (no Horovod
+    needed: a save may come after Horovod's shutdown), and ending as ``path`` ends, as Keras
+    picks the format by the name's ending (``.weights.h5`` for ``save_weights``)."""
+    return path.with_name(f".hvdtrain-{socket.gethostname()}-{os.getpid()}-{path.name}")
 
 
 def local_file(filepath: Any) -> Path | None:
@@ -70,7 +72,7 @@ def whole_file(method: Callable) -> Callable:
         if (path is None or args or kwargs.get("overwrite") is False
                 or kwargs.get("zipped") is False):  # Keras 3's zipped=False: a folder
             return method(self, filepath, *args, **kwargs)  # as Keras writes it (or asks)
-        own = own_file(path, hvd.rank())  # Horovod: this rank's own name
+        own = own_file(path)
         try:
             result = method(self, str(own), **kwargs)
             os.replace(own, path)

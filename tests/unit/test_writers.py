@@ -21,8 +21,7 @@ def small_model() -> tf.keras.Model:
     return model
 
 
-def test_a_model_file_is_written_under_the_rank_s_own_name_then_moved_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(writers.hvd, "rank", lambda: 1)
+def test_a_model_file_is_written_under_the_rank_s_own_name_then_moved_whole(tmp_path):
     seen: list[str] = []
 
     def save(model, filepath, **kwargs):
@@ -38,8 +37,7 @@ def test_a_model_file_is_written_under_the_rank_s_own_name_then_moved_whole(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.weights.h5"]  # nothing left
 
 
-def test_a_failed_save_leaves_the_old_file_and_no_stray_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(writers.hvd, "rank", lambda: 0)
+def test_a_failed_save_leaves_the_old_file_and_no_stray_one(tmp_path):
     (tmp_path / "model.keras").write_bytes(b"old")
 
     def save(model, filepath, **kwargs):
@@ -64,8 +62,7 @@ def test_folders_remote_paths_and_overwrite_false_are_written_as_keras_writes_th
     assert calls == [("m.keras", {"overwrite": False})]  # Keras asks, or refuses, itself
 
 
-def test_a_real_keras_save_through_the_wrapper_loads_back(tmp_path, monkeypatch):
-    monkeypatch.setattr(writers.hvd, "rank", lambda: 1)
+def test_a_real_keras_save_through_the_wrapper_loads_back(tmp_path):
     model = small_model()
     save_weights = writers.whole_file(type(model).save_weights)
     save_weights(model, str(tmp_path / "m.weights.h5"))
