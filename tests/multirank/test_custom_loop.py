@@ -86,20 +86,13 @@ def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, i
     return count, total
 
 
-def all_reduces_per_step(gradients: int) -> int:
-    """The all-reduces that carry one step's dense gradients: on Keras 3 the binding's one
-    flat tensor; on Keras 2 Horovod's own, one per gradient."""
-    return 1 if keras_major() >= 3 else gradients
-
-
 def gradient_traffic(sizes: list[int]) -> tuple[int, int]:
     """The all-reduces and the elements that carry one step's dense float32 gradients of
-    ``sizes`` elements: in the flat tensor each gradient is padded to an aligned start
-    (reducer.flat_layout)."""
-    if keras_major() >= 3:
-        from hvdtrain.distributed import reducer
-        sizes = reducer.flat_layout(sizes, 4)
-    return all_reduces_per_step(len(sizes)), sum(sizes)
+    ``sizes`` elements, on either stack: one flat tensor, in which each gradient is padded to
+    an aligned start (reducer.flat_layout). (On Keras 2, Horovod's own optimizer and tape
+    sent one all-reduce per gradient before they reduced through hvdtrain's reducer.)"""
+    from hvdtrain.distributed import reducer
+    return 1, sum(reducer.flat_layout(sizes, 4))
 
 
 def variable_sizes(model) -> list[int]:
@@ -121,8 +114,9 @@ def test_fp16_compression_halves_the_bytes_and_stays_close(tmp_path):
         runs[name] = ranks[0], gradient_allreduces(timeline)
     plain, (plain_count, plain_bytes) = runs["plain"]
     # 5 steps (266 samples, 133 per rank, batch 32) x 3 epochs, each step's 6 gradient tensors
-    # (3 dense layers, 6,570 parameters) in one flat all-reduce (Keras 3) or one each (Keras 2:
-    # 90 all-reduces, 394,200 bytes), in 4 bytes an element, or 2 compressed.
+    # (3 dense layers, 6,570 parameters) in one flat all-reduce (both stacks; Keras 2's Horovod
+    # optimizer and tape sent one each, 90 all-reduces, before), in 4 bytes an element, or 2
+    # compressed.
     sizes = variable_sizes(initial_model("synthetic-mlp", ["data.num_samples=333"])[2])
     assert len(sizes) == 6 and sum(sizes) == 6570
     count, elements = gradient_traffic(sizes)
@@ -327,7 +321,7 @@ def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
         "epoch-0008", "epoch-0009", "epoch-0010"]
     assert (run_dir / "model").is_dir()
     count, _ = gradient_allreduces(timeline)  # Chrome trace JSON, written by rank 0
-    assert count == all_reduces_per_step(6) * 23 * 10   # the MLP's 6 gradients, 23 x 10 steps
+    assert count == 23 * 10   # the MLP's 6 gradients in one flat all-reduce, 23 x 10 steps
     # The same job on Keras fit, every rank's final weights logged as the custom loop's were.
     job = launch("mpi", 2, hvdtrain("train", *MIXED_DIGITS, "--loop", "fit",
                                     "--run-dir", str(tmp_path / "fit")),
@@ -392,8 +386,9 @@ def test_sparse_as_dense_reduces_embedding_gradients_densely_to_the_same_result(
     for name in ("dense", "fit-dense"):                      # ... or the table all-reduced:
         gathers, reduces, moved = runs[name][1:]
         assert gathers == 0 and moved >= sparse_bytes + steps * table.numpy().nbytes, name
-        # in the step's one flat all-reduce (Keras 3), or in one more of its own (Keras 2)
-        assert reduces == sparse_reduces + (0 if keras_major() >= 3 else steps), name
+        # in the step's one flat all-reduce (both stacks; Keras 2's Horovod optimizer and
+        # tape sent one more of its own before they reduced through hvdtrain's reducer)
+        assert reduces == sparse_reduces, name
     averaged = replay_two_ranks(cfg, dataset, model, lr_at=lambda step: cfg.optim.lr)
     for name, (weights_, *_) in runs.items():
         print(f"{name} vs the replay, largest weight difference:",
