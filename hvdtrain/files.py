@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 def write_json(path: Path, obj: dict) -> None:
@@ -16,10 +20,22 @@ def write_json(path: Path, obj: dict) -> None:
         os.fsync(f.fileno())
 
 
+def written_whole(path: Path, write: Callable[[Path], T]) -> T:
+    """``write(temporary)``, then the temporary moved onto ``path`` in one rename: a reader, or
+    another process writing the same path, sees the old file or a whole new one, never half
+    of one; a failed write leaves no temporary behind. The temporary is hidden beside ``path``
+    (the same file system), named for this host and process, and ends as ``path`` ends: tools
+    that pick a format by the name's ending (Keras's ``.keras``, ``.weights.h5``) pick the
+    same one."""
+    tmp = path.with_name(f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}.{path.name}")
+    try:
+        result = write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return result
+
+
 def write_json_atomic(path: str | Path, obj: dict) -> None:
-    """Writes ``obj`` as JSON to ``path`` through a temporary file, so a reader sees the old file
-    or the new one, never half of one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write_json(tmp, obj)
-    os.replace(tmp, path)
+    """Writes ``obj`` as JSON to ``path`` whole (``written_whole``)."""
+    written_whole(Path(path), lambda tmp: write_json(tmp, obj))

@@ -5,7 +5,7 @@ Scripts save without ``if rank == 0`` (a plain ``model.save``, ``ModelCheckpoint
 bytes in one ``.keras`` zip (a corrupt file, found only when loading it) or an HDF5 lock
 error. The ranks hold the same model, so any one rank's whole file is the right one:
 ``Model.save`` and ``Model.save_weights`` into a local ``.keras`` or ``.h5`` file write a file
-of this rank's own beside the target and move it into place (``os.replace``, atomic), so the
+of this rank's own beside the target and move it into place (``files.written_whole``), so the
 path holds one rank's whole file, whoever writes last. A folder (Keras 2's SavedModel) or a
 remote path is written as Keras writes it.
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,12 +28,15 @@ import tensorflow as tf
 # Horovod: which rank this process is (rank 0 writes the job's TensorBoard run).
 import horovod.tensorflow as hvd
 
+from hvdtrain import files
+
 SUFFIXES = (".keras", ".h5")  # the files Keras writes in one piece (.weights.h5 among them)
 WRAPPED = "hvdtrain_whole_file"
 
 
 def write_safely() -> None:
-    """Installs both, once per process (``dist.init`` and ``hvd.init()`` do, at 2 ranks or more)."""
+    """Installs all three, once per process (``dist.init`` and ``hvd.init()`` do, at 2 ranks
+    or more)."""
     model = tf.keras.Model
     for name in ("save", "save_weights"):
         method = getattr(model, name)
@@ -46,14 +48,6 @@ def write_safely() -> None:
     backup = tf.keras.callbacks.BackupAndRestore
     if not getattr(backup.on_train_end, WRAPPED, False):
         backup.on_train_end = removed_by_any_rank(backup.on_train_end)
-
-
-def own_file(path: Path) -> Path:
-    """Where this process writes before moving the file to ``path``: beside it (the same file
-    system, so the move is atomic), hidden, named for this host and process (no Horovod
-    needed: a save may come after Horovod's shutdown), and ending as ``path`` ends, as Keras
-    picks the format by the name's ending (``.weights.h5`` for ``save_weights``)."""
-    return path.with_name(f".hvdtrain-{socket.gethostname()}-{os.getpid()}-{path.name}")
 
 
 def local_file(filepath: Any) -> Path | None:
@@ -72,13 +66,8 @@ def whole_file(method: Callable) -> Callable:
         if (path is None or args or kwargs.get("overwrite") is False
                 or kwargs.get("zipped") is False):  # Keras 3's zipped=False: a folder
             return method(self, filepath, *args, **kwargs)  # as Keras writes it (or asks)
-        own = own_file(path)
-        try:
-            result = method(self, str(own), **kwargs)
-            os.replace(own, path)
-        finally:
-            own.unlink(missing_ok=True)
-        return result
+        # Named for the host and process, no Horovod: a save may follow Horovod's shutdown.
+        return files.written_whole(path, lambda own: method(self, str(own), **kwargs))
 
     setattr(save, WRAPPED, True)
     return save

@@ -25,7 +25,7 @@ import tensorflow as tf
 from hvdtrain.models import registry
 from hvdtrain.training import checkpoints
 from hvdtrain.data import image_decoding, images, predict_inputs, sharding, sources
-from hvdtrain import distributed as dist
+from hvdtrain import distributed as dist, files
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
 from hvdtrain.progress import Progress
@@ -174,16 +174,17 @@ def write_csv(path: Path, names: Sequence[str], classes: Sequence[str], scores: 
               overwrite: bool) -> None:
     """The CSV, written under a temporary name and renamed: never a half-written file."""
     check_output(path, overwrite)  # again: another job may have written it meanwhile
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+
+    def write(tmp: Path) -> None:
         with open(tmp, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(HEADER)
             for name, (class_id, probability) in zip(names, scores):
                 writer.writerow([name, classes[int(class_id)], f"{probability:.6f}"])
-        os.replace(tmp, path)
+
+    try:
+        files.written_whole(path, write)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write {path}: {e.strerror}") from None
 
 

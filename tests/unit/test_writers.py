@@ -30,8 +30,9 @@ def test_a_model_file_is_written_under_the_rank_s_own_name_then_moved_whole(tmp_
         Path(filepath).write_bytes(b"whole")
 
     writers.whole_file(save)(small_model(), str(tmp_path / "model.weights.h5"))
-    # Beside the target, ending as it ends (Keras picks the format by the ending).
-    assert Path(seen[0]).parent == tmp_path and seen[0].endswith("-model.weights.h5")
+    # Beside the target, hidden, ending as it ends (Keras picks the format by the ending).
+    assert Path(seen[0]).parent == tmp_path and seen[0].endswith(".model.weights.h5")
+    assert Path(seen[0]).name.startswith(".model.weights.h5.tmp-")
     assert seen[0] != str(tmp_path / "model.weights.h5")
     assert (tmp_path / "model.weights.h5").read_bytes() == b"whole"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.weights.h5"]  # nothing left
