@@ -26,7 +26,11 @@ from hvdtrain import version
 # Every subcommand, in the order 'hvdtrain --help' lists them; each module declares NAME,
 # HELP, add_arguments(parser) and run(args) (hvdtrain/commands/__init__.py).
 COMMANDS = (train, evaluate, predict, data, bench, doctor, setup, launch)
-SHARED_ERROR_GRACE_S = 3.0
+# How long a rank other than 0 waits before it exits with a shared error: long enough for a
+# rank 0 still importing TensorFlow on a loaded host to print the line and exit (the launcher
+# then ends this rank); if this rank is still alive afterwards, rank 0 did not find the error
+# (a file that differs between hosts), and this rank reports it itself.
+SHARED_ERROR_GRACE_S = 20.0
 
 _train_config = train.config_from_args  # the config 'hvdtrain train ARGS' trains with
 
@@ -71,6 +75,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             # Let rank 0 report and exit first: launchers tear the job down as soon as any
             # rank exits non-zero, which could otherwise kill rank 0 before it prints.
             time.sleep(SHARED_ERROR_GRACE_S)
+            print(f"hvdtrain: error: (rank {placement.launcher_rank()}) {e}", file=sys.stderr,
+                  flush=True)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

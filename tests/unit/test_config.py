@@ -130,6 +130,23 @@ def test_cli_user_mistakes_exit_2_with_one_line(argv, fragment, capsys):
     assert err[0].startswith("hvdtrain: error: ") and fragment in err[0]
 
 
+def test_a_shared_error_on_rank_1_waits_for_rank_0_then_reports_it_itself(monkeypatch, capsys):
+    # Rank 1 stays silent while rank 0 (slower to import TensorFlow on a loaded host) reports
+    # and exits, which makes the launcher end rank 1; a rank 1 still alive after the grace
+    # reports the error itself, so it is never lost.
+    slept = []
+    monkeypatch.setattr(cli.time, "sleep", slept.append)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    assert cli.run(["eval", "--run-dir", "/nonexistent/run"]) == 2
+    assert slept == [cli.SHARED_ERROR_GRACE_S] and cli.SHARED_ERROR_GRACE_S >= 15
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hvdtrain: error: (rank 1) run dir /nonexistent/run does not exist: pass the "
+                   "--run-dir of a training run"], err
+    # Control: on rank 0 it is reported at once.
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    assert cli.run(["eval", "--run-dir", "/nonexistent/run"]) == 2 and len(slept) == 1
+
+
 HEAVY = ("hvdtrain.bench", "tensorflow", "horovod")
 LOADED = ("import sys, {imports}; print(sorted({{h for m in sys.modules for h in {heavy!r} "
           "if m == h or m.startswith(h + '.')}}))")
