@@ -1,14 +1,15 @@
 """``hvdtrain launch NAME``: the launch scripts of run_scripts/ (SCRIPTS: each launcher's own,
 from its row of launchers.LAUNCHERS, then elastic, slurm and discover-hosts), reachable after a
 pip install (the wheel ships them under hvdtrain/shipped/);
-``hvdtrain launch k8s``: a Kubeflow MPIJob that runs the hostfile one (hvdtrain/commands/k8s.py)."""
+``hvdtrain launch k8s``: a Kubeflow MPIJob or TrainJob that runs the hostfile one
+(hvdtrain/commands/launch_k8s.py)."""
 from __future__ import annotations
 
 import argparse
 import os
 
 from hvdtrain.install import shipped
-from hvdtrain.commands import k8s
+from hvdtrain.commands import launch_k8s
 from hvdtrain.launch import launchers
 from hvdtrain.launch.launchers import Script
 
@@ -26,7 +27,7 @@ SCRIPTS = {script.name: script for script in [
 HELP = ("run a launch script: "
         + ", ".join(f"{s.name} ({s.help})" for s in SCRIPTS.values() if not s.usage) + "; "
         + " and ".join(s.name for s in SCRIPTS.values() if s.usage)
-        + " print theirs, k8s prints a Kubeflow MPIJob ('hvdtrain launch NAME --help')")
+        + " print theirs, k8s prints a Kubeflow MPIJob or TrainJob ('hvdtrain launch NAME --help')")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.script == "k8s":
-        return k8s.main(args.args)
+        return launch_k8s.main(args.args)
     script = SCRIPTS[args.script]
     path = shipped.folder("run_scripts") / script.file
     path_only = args.args == ["--path"]  # after NAME, so the script's own flags pass through
