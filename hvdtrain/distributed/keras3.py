@@ -53,15 +53,31 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: Hor
     if getattr(optimizer, "hvdtrain_distributed", False):
         return optimizer
     steps = _accumulation_steps(optimizer, options.backward_passes_per_step)
+    optimizer = _loss_scaled(optimizer, steps)
+    distributed = _distributed_class(type(optimizer), options, steps,
+                                     1.0 if average_aggregated else float(steps))
+    # The instance's class swapped rather than a copy rebuilt from get_config(): what the user
+    # set outside the config (exclude_from_weight_decay, say) would be lost by a rebuild.
+    optimizer.__class__ = distributed
+    # A built optimizer may have stepped in a train function traced before this: check_first_step.
+    optimizer.hvdtrain_wrapped_built = optimizer.built
+    return optimizer
+
+
+def _loss_scaled(optimizer: Any, steps: int) -> Any:
+    """Under mixed_float16, ``optimizer`` as a LossScaleOptimizer (see distributed_optimizer)."""
     if (tf.keras.mixed_precision.global_policy().name == "mixed_float16"
             and not isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)):
         if steps > 1:
             raise UserError("gradient accumulation (backward_passes_per_step) under the "
                             "mixed_float16 policy is not offered: accumulate in float32")
-        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
-    base = type(optimizer)
-    scale = 1.0 if average_aggregated else float(steps)
+        return tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
 
+
+def _distributed_class(base: type, options: HorovodConfig, steps: int, scale: float) -> type:
+    """``base`` with its update all-reduced first: at every step, or with ``steps`` > 1 at the
+    update only, the accumulated gradients multiplied by ``scale``."""
     def apply(self, grads, trainable_variables=None):
         # Horovod: average the gradients across ranks before the wrapped optimizer (and a
         # LossScaleOptimizer's unscaling and finiteness check) sees them; with accumulation,
@@ -86,15 +102,9 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: Hor
         methods["_clip_gradients"] = clip_gradients
     # Same name and module as the wrapped class: a saved model's optimizer loads back as the
     # plain optimizer, without hvdtrain.
-    distributed = type(base.__name__, (base,), {
+    return type(base.__name__, (base,), {
         **methods, "hvdtrain_distributed": True,
         "__module__": base.__module__, "__qualname__": base.__qualname__})
-    # The instance's class swapped rather than a copy rebuilt from get_config(): what the user
-    # set outside the config (exclude_from_weight_decay, say) would be lost by a rebuild.
-    optimizer.__class__ = distributed
-    # A built optimizer may have stepped in a train function traced before this: check_first_step.
-    optimizer.hvdtrain_wrapped_built = optimizer.built
-    return optimizer
 
 
 def _accumulation_steps(optimizer: tf.keras.optimizers.Optimizer, passes: int) -> int:

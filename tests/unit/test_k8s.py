@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from hvdtrain import cli
-from hvdtrain.commands import k8s
 from hvdtrain.commands.yaml_lines import to_yaml
 from helpers import TESTS
 from openapi_schema import problems
