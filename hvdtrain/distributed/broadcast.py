@@ -21,7 +21,7 @@ from hvdtrain.launch import rank_env
 from hvdtrain.distributed.step_guard import guard_steps
 from hvdtrain.distributed.world import controller
 from hvdtrain.errors import UserError
-from hvdtrain.launch.watchdog import StallWatchdog
+from hvdtrain.distributed.watchdog import StallWatchdog
 
 
 def broadcast_by_position(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:

@@ -81,10 +81,10 @@ def test_control_a_module_left_out_or_gone_is_caught(tmp_path):
     # A module the map lost (its line cut out), and a module of the map the tree lost.
     cut = "\n".join(line for line in doc.splitlines()
                     if not line.strip().startswith("watchdog.py"))
-    assert unmapped(cut, ROOT) == ["hvdtrain/launch/watchdog.py"]
+    assert unmapped(cut, ROOT) == ["hvdtrain/distributed/watchdog.py"]
     renamed = doc.replace("watchdog.py", "stall_watch.py")
     assert stale(renamed, ROOT) == ["hvdtrain: stall_watch.py"]
     # A module named in another folder's entry does not count for its own.
     moved = doc.replace("    broadcast.py", "    broadcasts.py").replace(
-        "  watchdog.py", "  watchdog.py broadcast.py")
+        "  rank_env.py", "  rank_env.py broadcast.py")
     assert "hvdtrain/distributed/broadcast.py" in unmapped(moved, ROOT)
