@@ -1,5 +1,6 @@
 """A throw-away cluster of "hosts" on this machine: network namespaces joined by a bridge, each
-with its own address, host name and SSH server, for real multi-host launches in tests.
+with its own address, host name and SSH server, for real multi-host launches: the multi-host
+tests' (tests/cluster/) and ``hvdtrain bench network``'s, which is why it ships in the wheel.
 
     with NetnsCluster(hosts=2, workdir=tmp_path) as cluster:
         cluster.run(["horovodrun", "-H", "host1:1,host2:1", ...], env=cluster.env(os.environ))
