@@ -35,6 +35,8 @@ def namespaces_can_be_made():
     reason = netns_cluster.unavailable_reason()
     if reason:
         skip_unless_optional(f"no namespace hosts on this machine: {reason}")
+    yield
+    netns_cluster.remove_stale()   # a bench the test killed (SIGKILL) could not tear down
 
 
 def bench_network(out: Path, *extra: str) -> Job:
@@ -58,8 +60,9 @@ def test_bench_network_quick_measures_the_link_and_leaves_nothing(tmp_path):
     with bench_network(tmp_path / "out") as job:
         tag = str(job.proc.pid)
         # Control: while it runs, the check sees the run's namespaces.
-        seen = wait_for(lambda: leftovers(tag), job, "the run's namespaces")
-        assert any(name.endswith("h2") for name in seen), seen
+        seen = wait_for(lambda: [n for n in leftovers(tag) if n.endswith("h2")], job,
+                        "the run's host2")
+        assert seen == [f"hvdt{tag}h2"]
         status = job.wait(time.monotonic() + 240)
     assert status == 0, job.tail()
     assert leftovers(tag) == [] and job.processes() == []
