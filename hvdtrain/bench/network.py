@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -48,6 +50,19 @@ SYSTEMS, QUICK_SYSTEMS = ",".join(network_systems.systems(2.0)), "hvdtrain,hvdtr
 BUCKET_MB = 2.0
 PROBE_SECONDS, QUICK_PROBE_SECONDS = 2.0, 1.0
 HOST_CORES = [[0], [1]]   # one core per host, as one rank per core in every benchmark
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What bench network's options chose."""
+    speeds: tuple[float, ...]              # Gbit/s
+    rounds: int
+    workload: NetworkWorkload
+    systems: tuple[System, ...]
+    skipped: tuple[str, ...]               # the systems left out, each with why
+    plan: Plan
+    probe_seconds: float
+    horovod: tuple[Path | None, str]       # Horovod's script and the Python that runs it
 
 
 def speeds(text: str) -> list[float]:
@@ -92,20 +107,20 @@ def two_hosts(work_dir: Path) -> Iterator[NetnsCluster]:
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
         cluster = NetnsCluster(hosts=2, workdir=work_dir, cores=HOST_CORES).__enter__()
-    except (RuntimeError, OSError) as e:   # already torn down by the cluster itself
-        raise jobs.BenchError(f"bench network could not make its two hosts: {e}") from None
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:   # torn down already
+        why = getattr(e, "stderr", None) or e
+        raise jobs.BenchError(f"bench network could not make its two hosts: {why}") from None
     try:
         yield cluster
     finally:
         cluster.close()
 
 
-def one_round(i: int, how: dict[str, Any], cluster: NetnsCluster, work_dir: Path
-              ) -> dict[str, Any]:
+def one_round(i: int, how: Choices, cluster: NetnsCluster, work_dir: Path) -> dict[str, Any]:
     """Round ``i``: every system at each speed, then on one host (the reverse every other
     round), each speed's link measured first."""
-    order: Sequence[System] = how["systems"] if i % 2 == 0 else how["systems"][::-1]
-    settings: list[float | None] = [*how["speeds"], None]
+    order: Sequence[System] = how.systems if i % 2 == 0 else how.systems[::-1]
+    settings: list[float | None] = [*how.speeds, None]
     measured: dict[str, Any] = {"load_average": host.load_average(), "one_host": {},
                                 "links": {}}
     across = {launcher: netns_launch.across_hosts(cluster, launcher, work_dir)
@@ -114,7 +129,7 @@ def one_round(i: int, how: dict[str, Any], cluster: NetnsCluster, work_dir: Path
         cluster.shape(None if setting is None else setting * 1000)
         where = "one host" if setting is None else f"{setting:g} Gbit/s"
         if setting is not None:
-            link = link_probe.measure(cluster, how["probe_seconds"])
+            link = link_probe.measure(cluster, how.probe_seconds)
             report.say(f"network: round {i + 1}, {where}: the link moved "
                        f"{link['achieved_gbit_per_s']:.3g} Gbit/s")
             slot = measured["links"][network_figures.speed_key(setting)] = {
@@ -125,37 +140,35 @@ def one_round(i: int, how: dict[str, Any], cluster: NetnsCluster, work_dir: Path
         for system in order:
             report.say(f"network: round {i + 1}, {where}, {system.name}...")
             rates[system.name] = network_systems.measure(
-                system, how["workload"], how["plan"], work_dir,
+                system, how.workload, how.plan, work_dir,
                 cluster=None if setting is None else cluster, across=across,
-                horovod=how["horovod"])
+                horovod=how.horovod)
             report.say(network_figures.progress_line(system.name, rates[system.name]))
     return measured
 
 
-def run(out_dir: Path, how: dict[str, Any]) -> dict[str, Any]:
-    """Every round (``one_round``), then the figures into NETWORK.json and .md."""
+def run(out_dir: Path, how: Choices) -> dict[str, Any]:
+    """Every round (``one_round``), then the figures into network.json and .md."""
     machine = host.machine()   # before the work: its load is the machine's own
     rounds = []
     with ended_by_sigterm(), tempfile.TemporaryDirectory(prefix="hvdtrain-network-") as tmp:
         with two_hosts(Path(tmp) / "hosts") as cluster:
-            for i in range(how["rounds"]):
+            for i in range(how.rounds):
                 rounds.append(one_round(i, how, cluster, Path(tmp)))
-    names = [s.name for s in how["systems"]]
-    plan: Plan = how["plan"]
-    workload: NetworkWorkload = how["workload"]
+    workload = how.workload.workload
     result = {"benchmark": "network", "machine": machine,
-              "workload": {"name": workload.workload.name,
-                           "image_shape": list(workload.workload.image_shape),
-                           "batch_size_per_rank": workload.workload.batch_size,
-                           "settings": list(workload.settings)},
-              "plan": {"rounds": how["rounds"], "repeats": plan.repeats,
-                       "steps_per_repeat": plan.steps_per_repeat,
-                       "warmup_epochs": plan.warmup_epochs},
-              "probe_seconds": how["probe_seconds"], "host_cores": HOST_CORES,
-              "systems": {s.name: s.what for s in how["systems"]},
-              "skipped": how["skipped"],
+              "workload": {"name": workload.name, "image_shape": list(workload.image_shape),
+                           "batch_size_per_rank": workload.batch_size,
+                           "settings": list(how.workload.settings)},
+              "plan": {"rounds": how.rounds, "repeats": how.plan.repeats,
+                       "steps_per_repeat": how.plan.steps_per_repeat,
+                       "warmup_epochs": how.plan.warmup_epochs},
+              "probe_seconds": how.probe_seconds, "host_cores": HOST_CORES,
+              "systems": {s.name: s.what for s in how.systems},
+              "skipped": list(how.skipped),
               "load_average_before_each_round": [r["load_average"] for r in rounds],
-              **network_figures.figures(rounds, how["speeds"], names), "rounds": rounds}
+              **network_figures.figures(rounds, how.speeds, [s.name for s in how.systems]),
+              "rounds": rounds}
     report.write_outputs(out_dir, "network", result, network_figures.markdown(result))
     return result
 
@@ -187,7 +200,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the virtualenv that runs Horovod's script (.venv-keras2)")
 
 
-def choices(args: argparse.Namespace) -> dict[str, Any]:
+def choices(args: argparse.Namespace) -> Choices:
     """What the options chose; UserError, one line, for a mistake in them."""
     quick = args.quick
     steps = args.steps or (QUICK_STEPS if quick else STEPS)
@@ -207,23 +220,24 @@ def choices(args: argparse.Namespace) -> dict[str, Any]:
             chosen = [s for s in chosen if not s.horovod_script]
     if not chosen:
         raise UserError(f"no system left to run ({'; '.join(skipped)})")
-    return {"speeds": speeds(args.speeds or (QUICK_SPEEDS if quick else SPEEDS)),
-            "rounds": rounds, "workload": workload, "systems": chosen, "skipped": skipped,
-            "plan": Plan(world_sizes=(2,), warmup_epochs=1,
-                         repeats=QUICK_REPEATS if quick else REPEATS, steps_per_repeat=steps),
-            "probe_seconds": QUICK_PROBE_SECONDS if quick else PROBE_SECONDS,
-            "horovod": (args.horovod_synthetic, python)}
+    return Choices(
+        speeds=tuple(speeds(args.speeds or (QUICK_SPEEDS if quick else SPEEDS))),
+        rounds=rounds, workload=workload, systems=tuple(chosen), skipped=tuple(skipped),
+        plan=Plan(world_sizes=(2,), warmup_epochs=1,
+                  repeats=QUICK_REPEATS if quick else REPEATS, steps_per_repeat=steps),
+        probe_seconds=QUICK_PROBE_SECONDS if quick else PROBE_SECONDS,
+        horovod=(args.horovod_synthetic, python))
 
 
 def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench network``: the options checked, then the rounds."""
     how = choices(args)
     check_machine()
-    for line in how["skipped"]:
+    for line in how.skipped:
         report.say(f"network: not run: {line}")
     started = time.monotonic()
     run(Path(args.out), how)
-    report.say(f"network: {how['rounds']} round(s) in {time.monotonic() - started:.0f}s")
+    report.say(f"network: {how.rounds} round(s) in {time.monotonic() - started:.0f}s")
 
 
 BENCHMARK = registry.Benchmark(

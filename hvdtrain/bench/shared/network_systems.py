@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hvdtrain.errors import UserError
+from hvdtrain.launch.launchers import Launcher
 from hvdtrain.bench.shared import horovod_synthetic, netns_launch, trainer_job
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.bench.shared.workloads import WORKLOADS, Workload
@@ -27,7 +28,7 @@ class System:
     """One way to train the workload across the link."""
     name: str
     what: str                                # its line in the results
-    launcher: str = "mpi"                    # mpi or gloo
+    launcher: Launcher = "mpi"               # mpi or gloo
     settings: tuple[str, ...] = ()           # hvdtrain config settings over the workload's
     horovod_script: bool = False             # Horovod's own synthetic benchmark instead
 
@@ -94,14 +95,14 @@ def horovod_unavailable(workload: NetworkWorkload, script: Path | None,
 
 def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Path, *,
             cluster: NetnsCluster | None, across: Mapping[str, trainer_job.LaunchWith],
-            horovod: tuple[Path, str] | None = None) -> float:
+            horovod: tuple[Path | None, str] | None = None) -> float:
     """One run of ``system``: total samples/s of its 2 ranks, one per host of ``cluster``
     (``across``: its launch per launcher), or both on this host (``cluster`` None).
     ``horovod``: Horovod's script and the interpreter that runs it."""
     env = netns_launch.environment(cluster) if cluster else None
     if system.horovod_script:
-        assert horovod is not None and workload.horovod_model is not None
-        script, python = horovod
+        script, python = horovod or (None, sys.executable)
+        assert script is not None and workload.horovod_model is not None   # checked before
         argv = horovod_synthetic.horovod_argv(script, plan, python, workload.horovod_model,
                                               workload.workload.batch_size)
         command = across["mpi"](argv) if cluster else None
