@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 from hvdtrain.errors import UserError
 from hvdtrain.launch.launchers import Launcher
-from hvdtrain.bench.shared import horovod_synthetic, netns_launch, trainer_job
+from hvdtrain.bench.shared import horovod_synthetic, launch, netns_launch, trainer_job
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.bench.shared.workloads import WORKLOADS, Workload
 from hvdtrain.testing.netns_cluster import NetnsCluster
@@ -105,14 +105,15 @@ def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Pat
         assert script is not None and workload.horovod_model is not None   # checked before
         argv = horovod_synthetic.horovod_argv(script, plan, python, workload.horovod_model,
                                               workload.workload.batch_size)
-        command = across["mpi"](argv) if cluster else None
+        command = across["mpi"](argv) if cluster else launch.launch_command("mpi", RANKS, argv)
         return horovod_synthetic.measure_horovod(script, RANKS, plan, python, command=command,
                                                  env=env)
     job_plan = replace(plan, launcher=system.launcher)
     done = trainer_job.measure(workload.workload, RANKS, job_plan, work_dir, sys.executable,
                                settings=(*workload.settings, *system.settings),
                                launch_with=across[system.launcher] if cluster else None,
-                               env=env)
+                               env=env, what=f"network: {system.name} on "
+                                             f"{'two hosts' if cluster else 'one host'}")
     return done["total_samples_per_sec"]["median"]
 
 

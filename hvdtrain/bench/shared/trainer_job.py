@@ -62,15 +62,16 @@ def rank_main(options: dict[str, Any]) -> None:
 def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
             python: str = sys.executable, core: int | None = None, *,
             settings: Sequence[str] = (), launch_with: LaunchWith | None = None,
-            env: Mapping[str, str] | None = None) -> dict[str, Any]:
+            env: Mapping[str, str] | None = None, what: str | None = None) -> dict[str, Any]:
     """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals.
     ``python``: the interpreter (and so the stack) the ranks run on; ``core``: a 1-rank job's
     core (``launch.launch_command``); ``settings``: config settings over the workload's (say
     horovod.bucket_mb=2); ``launch_with``: what starts the ranks instead of the plan's
-    launcher on this host (bench network's across namespace hosts), with ``env``."""
+    launcher on this host (bench network's across namespace hosts), with ``env``; ``what``:
+    the job's name in a failure's message."""
     options = job_options(workload, ranks, plan, work_dir)
     options["assignments"] += list(settings)
-    raw = run(options, ranks, python, what=f"scaling {workload.name} on {ranks} ranks",
+    raw = run(options, ranks, python, what=what or f"scaling {workload.name} on {ranks} ranks",
               core=core, launch_with=launch_with, env=env)
     rates = steps.repeat_rates(raw["ranks"])
     per_rank = [r["samples"][i] / r["seconds"][i] for r in raw["ranks"]
