@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
 
-from hvdtrain.testing.jobs import Job
+from hvdtrain.bench.shared.jobs import BenchError
+from hvdtrain.testing.jobs import Job, JobTimedOut
 from hvdtrain.testing.netns_cluster import NetnsCluster
 
 MODULE = "hvdtrain.bench.shared.link_probe"
@@ -53,15 +55,18 @@ def measure(cluster: NetnsCluster, seconds: float, python: str = sys.executable
     receiver = [*cluster.inside(1), python, "-m", MODULE, "receive", cluster.addresses[1],
                 str(PORT)]
     deadline = time.monotonic() + seconds + 60
-    with Job(receiver) as job:
-        line = job.next_line(deadline)
-        if line is None or line.strip() != READY:
-            raise RuntimeError(f"the link probe's receiver did not start:\n{job.tail()}")
-        cluster.run([python, "-m", MODULE, "send", cluster.addresses[1], str(PORT),
-                     str(seconds)], host=0, timeout=seconds + 60)
-        if job.wait(deadline) != 0:
-            raise RuntimeError(f"the link probe's receiver failed:\n{job.tail()}")
-        got = json.loads(job.lines[-1])
+    try:
+        with Job(receiver) as job:
+            line = job.next_line(deadline)
+            if line is None or line.strip() != READY:
+                raise BenchError(f"the link probe's receiver did not start:\n{job.tail()}")
+            sent = cluster.run([python, "-m", MODULE, "send", cluster.addresses[1], str(PORT),
+                                str(seconds)], host=0, timeout=seconds + 60, check=False)
+            if sent.returncode != 0 or job.wait(deadline) != 0:
+                raise BenchError(f"the link probe failed:\n{sent.stdout}\n{job.tail()}")
+            got = json.loads(job.lines[-1])
+    except (JobTimedOut, subprocess.TimeoutExpired):
+        raise BenchError(f"the link probe took more than {seconds + 60:.0f}s") from None
     gbit = got["bytes"] * 8 / got["seconds"] / 1e9 if got["seconds"] > 0 else 0.0
     return {"achieved_gbit_per_s": gbit, "bytes": got["bytes"], "seconds": got["seconds"],
             "shaped_gbit_per_s": cluster.mbit_per_s / 1000 if cluster.mbit_per_s else None}
