@@ -1,4 +1,5 @@
-"""A real SLURM cluster on the namespaced hosts of netns_cluster.py, for sbatch/srun in tests.
+"""A real SLURM cluster on the namespaced hosts of hvdtrain/testing/
+netns_cluster.py, for sbatch/srun in tests.
 
     with SlurmCluster(hosts=3, workdir=tmp_path) as cluster:
         job = cluster.sbatch(["--nodes=3", "run_scripts/slurm.sbatch", ...], env=..., cwd=...)
@@ -28,8 +29,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from netns_cluster import NetnsCluster
-from netns_cluster import unavailable_reason as netns_unavailable_reason
+from hvdtrain.testing.netns_cluster import NetnsCluster
+from hvdtrain.testing.netns_cluster import unavailable_reason as netns_unavailable_reason
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scancel", "scontrol", "sinfo")
 PACKAGES = "slurmctld slurmd slurm-client munge"

@@ -15,7 +15,7 @@ import pytest
 from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS,
                      assert_same_training, hvdtrain, launcher_env, one_host_summary)
 from hvdtrain.commands import k8s, trainjob
-from netns_cluster import NetnsCluster
+from hvdtrain.testing.netns_cluster import NetnsCluster
 
 # The cluster is made by the first test (about 20 s); each job runs to 400 s at most.
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
