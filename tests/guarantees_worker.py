@@ -1018,6 +1018,23 @@ def skipping_model(ctx: Context):
     return Skipping()
 
 
+@case("train_on_batch_no_broadcast", "a `train_on_batch` loop, never broadcast", NONE,
+      """Each rank builds its model from its own seed, compiles it with the distributed
+      optimizer and calls train_on_batch on its batches: no fit_callbacks, no broadcast. The
+      optimizer's first update takes rank 0's variables on every rank, so the ranks must end
+      as one model (not 1 rank at 2B: the first gradients were taken at each rank's own
+      initial weights).""")
+def train_on_batch_no_broadcast(ctx):
+    tf = ctx.tf
+    tf.keras.utils.set_random_seed(SEED + ctx.rank)
+    model, opt = standard(mlp)(ctx, "rank")
+    model.compile(optimizer=opt, loss=loss(tf), jit_compile=False)
+    xs, ys = data()
+    for batch in np.split(rows(ctx.rank), STEPS):
+        model.train_on_batch(xs[batch], ys[batch])
+    return Outcome(model.get_weights())
+
+
 @case("layer_skipped_on_rank", "a layer skipped on one rank (a Python `if`)", NONE,
       """A subclassed model built with all its layers, whose call skips the middle Dense on
       rank 1 (a Python if on the rank, or on something only one rank sees): that rank has no

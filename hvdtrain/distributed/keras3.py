@@ -23,7 +23,7 @@ import horovod.tensorflow.elastic as hvd_elastic
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig, capabilities
-from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
+from hvdtrain.distributed import broadcast
 from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
@@ -37,14 +37,14 @@ SEED_STATE = "seed_generator_state"  # the variable name of Keras 3's SeedGenera
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: HorovodConfig,
                           *, average_aggregated: bool = True) -> tf.keras.optimizers.Optimizer:
     """``optimizer`` itself, made distributed: its ``apply`` all-reduces the gradients before
-    updating. Wrap it before ``compile``; an optimizer that has state already (a loaded
-    model's) keeps it, and ``fit_callbacks()`` broadcasts rank 0's.
+    updating (the first update from rank 0's variables). Wrap it before ``compile``; an
+    optimizer with state already (a loaded model's) keeps it, and ``fit_callbacks()``
+    broadcasts rank 0's.
 
     Under mixed_float16 the optimizer must be a LossScaleOptimizer when it is wrapped (this
-    function makes it one), so that the SCALED gradients are reduced before the loss scale
-    optimizer unscales them and checks them for inf/NaN: every rank then sees the same
-    gradients and skips or applies the same steps. (Keras 3's compile would otherwise wrap the
-    distributed optimizer inside a LossScaleOptimizer, which checks before the all-reduce.)
+    function makes it one), so that the SCALED gradients are reduced before it unscales them
+    and checks them for inf/NaN: every rank then skips or applies the same steps. (Keras 3's
+    compile would otherwise wrap it in a LossScaleOptimizer that checks before the all-reduce.)
 
     With ``options.backward_passes_per_step`` k > 1 (or Keras' own
     ``gradient_accumulation_steps``), Keras accumulates k batches' gradients (averaged; summed
@@ -82,12 +82,13 @@ def _distributed_class(base: type, options: HorovodConfig, steps: int, scale: fl
         # Horovod: average the gradients across ranks before the wrapped optimizer (and a
         # LossScaleOptimizer's unscaling and finiteness check) sees them; with accumulation,
         # at the update step only (``_clip_gradients``).
-        grads = list(grads)
+        grads, variables = list(grads), trainable_variables or self._trainable_variables
         refuse_reduced(grads)
-        record_layout(self, grads, trainable_variables or self._trainable_variables)
+        record_layout(self, grads, variables)
         self.hvdtrain_applied = True  # set while the train step is traced: see check_first_step
         if steps == 1:
             grads = reduce_gradients(grads, options)
+        broadcast.broadcast_before_first_update(self.iterations, variables)
         return base.apply(self, grads, trainable_variables)
 
     def clip_gradients(self, grads):
@@ -207,10 +208,7 @@ def refuse_loss_scale_outside(optimizer: Any) -> None:
 
 
 def broadcast_variables(variables: Sequence[Any], root_rank: int = 0) -> None:
-    # Keras 3 variables hold a tf.Variable in ``.value``, which the broadcast assigns in place;
-    # a script's own tf.Variable is one already.
-    broadcast_by_position([v if isinstance(v, tf.Variable) else v.value for v in variables],
-                          root_rank)
+    broadcast.broadcast_by_position(broadcast.tf_variables(variables), root_rank)
     draw_own_random_numbers([v for v in variables
                              if not isinstance(v, tf.Variable) and v.name == SEED_STATE],
                             root_rank)
@@ -222,7 +220,7 @@ def draw_own_random_numbers(seed_states: Sequence[Any], root_rank: int) -> None:
     rank's batch the same dropout mask. Rank r's state becomes root's with ``seed_offset``
     added to its seed (the counter stays): distinct on every rank, the same for a given seed
     and world size, and what a rank had before whenever root's state is broadcast again."""
-    offset = seed_offset(root_rank)
+    offset = broadcast.seed_offset(root_rank)
     for state in seed_states:
         state.assign(state.value + tf.constant([offset, 0], state.dtype))
 
