@@ -12,8 +12,9 @@ remote path is written as Keras writes it.
 ``TensorBoard`` on every rank would write one run per rank into the same folder: on ranks
 other than 0 it does nothing, and rank 0's run (its metrics averaged over the ranks) is the
 job's. ``BackupAndRestore`` on every rank with one folder makes it whoever comes first, writes it
-whole as above, and at the end every rank removes the folder: one that another rank made or
-removed first is there or gone, as asked, not an error.
+whole as above (Keras 2's checkpoint: rank 0 writes it), and at the end every rank removes
+the folder: one that another rank made or removed first is there or gone, as asked, not an
+error.
 """
 from __future__ import annotations
 
@@ -48,9 +49,12 @@ def write_safely() -> None:
     backup = tf.keras.callbacks.BackupAndRestore
     if not getattr(backup.on_train_end, WRAPPED, False):
         backup.on_train_end = removed_by_any_rank(backup.on_train_end)
-    save = getattr(backup, "_save_model", None)   # Keras 3's; Keras 2 saves another way
+    save = getattr(backup, "_save_model", None)   # Keras 3's: files written whole, as above
     if save is not None and not getattr(save, WRAPPED, False):
         backup._save_model = folder_made_by_any_rank(save)
+    save = getattr(backup, "_backup", None)   # Keras 2's: a tf.train checkpoint's files
+    if save is not None and not getattr(save, WRAPPED, False):
+        backup._backup = backed_up_by_rank_zero(save)
 
 
 def local_file(filepath: Any) -> Path | None:
@@ -105,6 +109,20 @@ def folder_made_by_any_rank(save_model: Callable) -> Callable:
     return save
 
 
+def backed_up_by_rank_zero(backup: Callable) -> Callable:
+    """Keras 2 BackupAndRestore's backup, a tf.train checkpoint whose files every rank would
+    write under the same temporary names at once (one rank then fails on a file another
+    renamed): rank 0 writes it, which every rank restores from."""
+    @functools.wraps(backup)
+    def backed_up(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if hvd.rank() == 0:  # Horovod: the ranks hold the same state; rank 0 writes it
+            return backup(self, *args, **kwargs)
+        return None
+
+    setattr(backed_up, WRAPPED, True)
+    return backed_up
+
+
 def removed_by_any_rank(on_train_end: Callable) -> Callable:
     """BackupAndRestore's ``on_train_end``, which removes its folder: where another rank
     removed a file of it first, the rest is removed, and the end goes on."""
@@ -112,7 +130,7 @@ def removed_by_any_rank(on_train_end: Callable) -> Callable:
     def end(self: Any, logs: dict | None = None) -> None:
         try:
             on_train_end(self, logs)
-        except FileNotFoundError:
+        except (FileNotFoundError, tf.errors.NotFoundError):   # Keras 3's, Keras 2's
             shutil.rmtree(self.backup_dir, ignore_errors=True)
 
     setattr(end, WRAPPED, True)

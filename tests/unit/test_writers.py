@@ -152,3 +152,15 @@ def test_a_backup_folder_another_rank_made_first_is_no_error(tmp_path):
         raise AssertionError("expected FileExistsError")
     except FileExistsError:
         pass
+
+
+def test_keras_2s_backup_checkpoint_is_written_by_rank_0_alone(monkeypatch):
+    written = []
+    backed_up = writers.backed_up_by_rank_zero(lambda self, epoch, batch=0: written.append(epoch))
+    monkeypatch.setattr(writers.hvd, "rank", lambda: 1)
+    backed_up(object(), 3)
+    assert written == []
+    # Control: rank 0 writes it.
+    monkeypatch.setattr(writers.hvd, "rank", lambda: 0)
+    backed_up(object(), 3)
+    assert written == [3]
