@@ -47,7 +47,9 @@ block=$(git show HEAD:README.md | awk '/^## Quick start/ {q = 1} q && /^```/ {n+
 grep -q '<repository>' <<<"$block" || die "README.md's quick start has no 'git clone <repository>' line"
 sed -e 's|<repository>|/src/hvdtrain.bundle|' -e "s/^make test\\( \\|\$\\)/make $FRESH_TEST\\1/" \
     <<<"$block" >"$work/commands"
-git bundle create -q "$work/hvdtrain.bundle" HEAD
+# HEAD and its branch, so that the clone checks out a branch, as a clone of a repository does.
+branch=$(git symbolic-ref -q --short HEAD || true)
+git bundle create -q "$work/hvdtrain.bundle" HEAD ${branch:+"$branch"}
 # In the container: each line in one shell (its `cd` carries on), timed, the run stopping at the
 # first that fails; "@@fresh" lines are what step 4 reads.
 cat >"$work/inside.sh" <<'EOF'
@@ -55,7 +57,8 @@ set -u
 cd /root
 echo "@@fresh base Debian $(cat /etc/debian_version), $(dpkg-query -W | wc -l) packages, $(nproc) CPUs"
 while IFS= read -r -u 3 line; do
-    echo "@@fresh run ${line%%  #*}"
+    shown=${line%%  #*}
+    echo "@@fresh run ${shown%"${shown##*[! ]}"}"
     start=$(date +%s)
     eval "$line"
     rc=$?
