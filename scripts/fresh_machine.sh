@@ -13,6 +13,7 @@
 #   4. benchmarks/results/fresh-machine-DATE.md (FRESH_RESULT): each command's exit status and
 #      wall time, the demo's eval accuracy, the tests' summary, what scripts/setup.sh installed.
 # Tens of minutes (TensorFlow's download, Horovod's compile), as root. Not part of make test.
+# `--dry-run` prints the commands of step 2 and stops (FRESH_README=FILE reads FILE, not HEAD's).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,6 +27,21 @@ STEP=fresh
 # shellcheck source=scripts/common.sh
 source scripts/common.sh  # say, die, as_root, podman_ready, base_image, pip_ca
 
+case "${1:-}" in
+    "") dry_run="" ;;
+    --dry-run) dry_run=1 ;;
+    *) die "unknown option $1: the one option is --dry-run" ;;
+esac
+
+# 2 first (1 needs root). The commands, from the README as committed: its first code block
+# under "## Quick start".
+readme=$(if [ -n "${FRESH_README:-}" ]; then cat "$FRESH_README"; else git show HEAD:README.md; fi)
+block=$(awk '/^## Quick start/ {q = 1} q && /^```/ {n++; next} q && n == 1 {print} n == 2 {exit}' <<<"$readme")
+[ -n "$block" ] || die "README.md has no code block under '## Quick start'"
+grep -q '^git clone <repository> ' <<<"$block" || die "README.md's quick start has no 'git clone <repository> ...' line"
+commands=$(sed -e 's|<repository>|/src/hvdtrain.bundle|' -e "s/^make test\\( \\|\$\\)/make $FRESH_TEST\\1/" <<<"$block")
+if [ -n "$dry_run" ]; then printf '%s\n' "$commands"; exit 0; fi
+
 # Root, not sudo: the run goes under `timeout`, which cannot call as_root.
 [ "$(id -u)" -eq 0 ] || die "run as root (rootful podman): sudo make fresh-machine"
 git diff --quiet HEAD -- README.md scripts Makefile \
@@ -35,18 +51,13 @@ git diff --quiet HEAD -- README.md scripts Makefile \
 podman_ready
 base_image "$BASE_IMAGE" "$MIRROR"
 
-# 2. The commands, from the README as committed: its first block under "## Quick start".
 REV=$(git rev-parse HEAD)
 work=$(mktemp -d)
 name="hvdtrain-fresh-$$"
 # The container goes with the script: podman's own --rm, and `rm -f` where timeout killed podman
 # (the container's bash, its PID 1, ignores the SIGTERM podman passes on).
 trap 'rm -rf "$work"; "${PODMAN[@]}" rm -f --ignore "$name" >/dev/null 2>&1 || true' EXIT
-block=$(git show HEAD:README.md | awk '/^## Quick start/ {q = 1} q && /^```/ {n++; next} q && n == 1 {print} n == 2 {exit}')
-[ -n "$block" ] || die "README.md at HEAD has no code block under '## Quick start'"
-grep -q '<repository>' <<<"$block" || die "README.md's quick start has no 'git clone <repository>' line"
-sed -e 's|<repository>|/src/hvdtrain.bundle|' -e "s/^make test\\( \\|\$\\)/make $FRESH_TEST\\1/" \
-    <<<"$block" >"$work/commands"
+printf '%s\n' "$commands" >"$work/commands"
 # HEAD and its branch, so that the clone checks out a branch, as a clone of a repository does.
 branch=$(git symbolic-ref -q --short HEAD || true)
 git bundle create -q "$work/hvdtrain.bundle" HEAD ${branch:+"$branch"}
