@@ -66,6 +66,9 @@ git bundle create -q "$work/hvdtrain.bundle" HEAD ${branch:+"$branch"}
 cat >"$work/inside.sh" <<'EOF'
 set -u
 cd /root
+# What was installed by name (the README's apt-get line, setup.sh's), however the run ends.
+apt-mark showmanual >/tmp/manual-before
+trap 'echo "@@fresh manual $(apt-mark showmanual | comm -13 /tmp/manual-before - | tr "\n" " ")"' EXIT
 echo "@@fresh base Debian $(cat /etc/debian_version), $(dpkg-query -W | wc -l) packages, $(nproc) CPUs"
 while IFS= read -r -u 3 line; do
     shown=${line%%  #*}
@@ -76,7 +79,6 @@ while IFS= read -r -u 3 line; do
     echo "@@fresh status $rc $(( $(date +%s) - start ))"
     [ "$rc" -eq 0 ] || exit "$rc"
 done 3</src/commands
-echo "@@fresh manual $(apt-mark showmanual | tr '\n' ' ')"
 EOF
 
 # 3. The run. --network host: apt reaches Debian's mirror and pip PyPI as the host does;
@@ -99,8 +101,9 @@ seconds=$(( $(date +%s) - start ))
 # 4. The result, from the log.
 field() { sed -n "s/^@@fresh $1 //p" "$log"; }
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$BASE_IMAGE")
-accuracy=$(grep -o 'done: eval accuracy.*' "$log" | tail -1)
-summary=$(grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$log" | tail -1)
+# Either may be missing (a failed run): `|| true`, or set -e would end the script here unsaid.
+accuracy=$(grep -o 'done: eval accuracy.*' "$log" | tail -1 || true)
+summary=$(grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$log" | tail -1 || true)
 case $rc in
     0) verdict="every command passed" ;;
     124|137) verdict="stopped by the limit ($FRESH_LIMIT)" ;;
@@ -109,7 +112,7 @@ esac
 {
     echo "# A fresh machine: the README's quick start in a bare Debian 12 container ($(date -u +%F))"
     echo
-    echo "\`make fresh-machine\` (scripts/fresh_machine.sh), run $(date -u '+%F %H:%M') UTC: hvdtrain at commit"
+    echo "\`make fresh-machine\` (scripts/fresh_machine.sh), run $(date -u -d "@$start" '+%F %H:%M') UTC: hvdtrain at commit"
     echo "\`${REV:0:12}\` (\`git clone\` of a bundle of HEAD), in a container of \`$BASE_IMAGE\`:"
     echo "Debian 12 as \`mmdebstrap --variant=minbase\` makes it ($(( size / 1000000 )) MB;"
     echo "$(field base)), as root, niced, on a host of $(nproc) CPUs with \`--network host\`."
@@ -129,14 +132,15 @@ esac
     echo "- \`make $FRESH_TEST\`: \`${summary:-no pytest summary line}\`"
     echo "- what scripts/setup.sh installed, in its own lines:"
     grep -E '^\[setup\] (installing|creating)' "$log" | sed 's/^/  - `/; s/$/`/' || echo "  - nothing"
-    echo "- the packages installed by name at the end (\`apt-mark showmanual\`): $(field manual)"
+    echo "- the packages installed by name in the run (\`apt-mark showmanual\`, less the base's): $(field manual)"
     if [ "$FRESH_TEST" != test ]; then
         echo
-        echo "Not run: \`make test\` (\`make $FRESH_TEST\` instead). It installs the second stack (another"
-        echo "TensorFlow and Horovod build) and runs the whole suite, hours on 2 cores; and its multi-host"
-        echo "and SLURM tests need root's network namespaces and SLURM's daemons (CAP_SYS_ADMIN,"
-        echo "CAP_NET_ADMIN), which a container has not unless privileged, when it is no longer a bare"
-        echo "machine. The clean-clone runs of \`make test\` on the development machines cover it."
+        echo "Not run: \`make test\` (\`make $FRESH_TEST\` in its place). Its multi-host and SLURM tests"
+        echo "need network namespaces and SLURM's daemons, which an unprivileged container cannot make"
+        echo "(CAP_SYS_ADMIN, CAP_NET_ADMIN: they would skip, or fail where root's tests are expected),"
+        echo "and a privileged one is no longer a bare machine; and it builds the second stack (another"
+        echo "TensorFlow, another Horovod compile) and runs the whole suite on both, tens of minutes"
+        echo "more on 2 cores. The clean-clone runs of \`make test\` on the development machines cover it."
     fi
 } >"$FRESH_RESULT"
 say "exit $rc in ${seconds}s ($verdict): $FRESH_RESULT, log $log"
