@@ -21,7 +21,8 @@ BASE_IMAGE=${BASE_IMAGE:-localhost/debian:bookworm}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 FRESH_TEST=${FRESH_TEST:-test-fast}
 FRESH_LIMIT=${FRESH_LIMIT:-90m}
-FRESH_RESULT=${FRESH_RESULT:-benchmarks/results/fresh-machine-$(date -u +%F).md}
+DAY=$(date -u +%F)  # the run's day, in the result's name and title however long it runs
+FRESH_RESULT=${FRESH_RESULT:-benchmarks/results/fresh-machine-$DAY.md}
 
 STEP=fresh
 # shellcheck source=scripts/common.sh
@@ -110,7 +111,7 @@ case $rc in
     *) verdict="stopped at the first command that failed" ;;
 esac
 {
-    echo "# A fresh machine: the README's quick start in a bare Debian 12 container ($(date -u +%F))"
+    echo "# A fresh machine: the README's quick start in a bare Debian 12 container ($DAY)"
     echo
     echo "\`make fresh-machine\` (scripts/fresh_machine.sh), run $(date -u -d "@$start" '+%F %H:%M') UTC: hvdtrain at commit"
     echo "\`${REV:0:12}\` (\`git clone\` of a bundle of HEAD), in a container of \`$BASE_IMAGE\`:"
@@ -130,6 +131,7 @@ esac
     echo
     echo "- the demo: \`${accuracy:-no eval accuracy line}\`"
     echo "- \`make $FRESH_TEST\`: \`${summary:-no pytest summary line}\`"
+    grep -E '^  skipped: ' "$log" | sed 's/^  skipped: /  - skipped: `/; s/$/`/' || true
     echo "- what scripts/setup.sh installed, in its own lines:"
     grep -E '^\[setup\] (installing|creating)' "$log" | sed 's/^/  - `/; s/$/`/' || echo "  - nothing"
     echo "- the packages installed by name in the run (\`apt-mark showmanual\`, less the base's): $(field manual)"
