@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # What the installer scripts (setup.sh, build_image.sh, fresh_machine.sh) share; sourced after
 # `STEP=NAME`, the name their lines carry ("[setup] ...").
 say() { printf '[%s] %s\n' "$STEP" "$*"; }
@@ -27,6 +28,7 @@ podman_ready() {
     fi
     as_root sh -c 'command -v runc >/dev/null' || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null
     PODMAN=(as_root nice -n 19 podman --runtime runc)
+    # shellcheck disable=SC2034  # ULIMITS serves the scripts that source this file
     ULIMITS=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
 }
 

@@ -131,8 +131,10 @@ esac
     echo
     echo "- the demo: \`${accuracy:-no eval accuracy line}\`"
     echo "- \`make $FRESH_TEST\`: \`${summary:-no pytest summary line}\`"
+    # shellcheck disable=SC2016  # the backticks are Markdown's
     grep -E '^  skipped: ' "$log" | sed 's/^  skipped: /  - skipped: `/; s/$/`/' || true
     echo "- what scripts/setup.sh installed, in its own lines:"
+    # shellcheck disable=SC2016
     grep -E '^\[setup\] (installing|creating)' "$log" | sed 's/^/  - `/; s/$/`/' || echo "  - nothing"
     echo "- the packages installed by name in the run (\`apt-mark showmanual\`, less the base's): $(field manual)"
     if [ "$FRESH_TEST" != test ]; then
