@@ -5,9 +5,9 @@
 # newcomer types them; then the result file, written from the run's log:
 #   1. podman, mmdebstrap and the base image localhost/debian:bookworm (scripts/common.sh);
 #   2. the commands: the README's block at HEAD, `git clone <repository>` cloning a bundle of
-#      HEAD, and `make test` run as `make test-fast` (FRESH_TEST): make test needs both stacks,
-#      the whole suite's hours on 2 cores, and root's network namespaces and SLURM daemons,
-#      which a container has not (benchmarks/results/fresh-machine-*.md says more);
+#      HEAD, and `make test` run as `make test-fast` (FRESH_TEST): make test needs the second
+#      stack, the whole suite on both, and network namespaces and SLURM's daemons, which an
+#      unprivileged container cannot make (the result file says more);
 #   3. the run, niced, under a hard limit (FRESH_LIMIT, 90m), the container removed whatever
 #      happens; its log in runs/fresh-machine/;
 #   4. benchmarks/results/fresh-machine-DATE.md (FRESH_RESULT): each command's exit status and
