@@ -175,12 +175,12 @@ fi
 
 # 4. Horovod, built from source against that TensorFlow with both MPI and Gloo controllers,
 # patched where that TensorFlow needs it, horovodrun's build check made fast; nothing is rebuilt
-# when it works. The same step as a user's `hvdtrain setup horovod` (hvdtrain/install/horovod_install.py),
-# run from the checkout.
+# when it works. The same step as a user's `hvdtrain setup horovod`
+# (hvdtrain/install/horovod_install.py and horovod_patches.py), run from the checkout.
 # This checkout's own virtualenv also takes the in-place all-reduce patch where its Horovod was
 # built before it (a user's working Horovod is only told: it may be a site's own GPU build).
 rebuild=()
-"$PY" -c 'import importlib.util, sys; from hvdtrain.install import horovod_install as h
+"$PY" -c 'import importlib.util, sys; from hvdtrain.install import horovod_patches as h
 sys.exit(importlib.util.find_spec("horovod") is not None and not h.built_in_place())' \
     || rebuild=(--rebuild)
 "$PY" -m hvdtrain.cli setup horovod "${rebuild[@]}" || die "the Horovod build failed (its output is above)"

@@ -888,18 +888,19 @@ def unequal_batches(ctx):
     return outcome(fit_pattern(ctx, standard(mlp), shard=extra, reference=False))
 
 
-def seeded_alike_fit(ctx: Context, build: Callable, data_set: Any = None) -> Any:
+def seeded_alike_fit(ctx: Context, build: Callable, data_set: Any = None,
+                     callbacks_kw: dict | None = None, **compile_kw: Any) -> Any:
     """A user's script seeded alike on every rank (tf.keras.utils.set_random_seed(SEED)),
-    ``build(ctx, "rank")`` fit for an epoch with ``dist.fit_callbacks()`` on this rank's rows
-    (or ``data_set``)."""
+    ``build(ctx, "rank")`` compiled (with ``compile_kw``) and fit for an epoch with
+    ``dist.fit_callbacks(**callbacks_kw)`` on this rank's rows (or ``data_set``)."""
     tf = ctx.tf
     tf.keras.utils.set_random_seed(SEED)
     model, opt = standard(build)(ctx, "rank")
-    model.compile(optimizer=opt, loss=loss(tf), jit_compile=False)
+    model.compile(optimizer=opt, loss=loss(tf), jit_compile=False, **compile_kw)
     xs, ys = data()
     given = (data_set,) if data_set is not None else (xs[rows(ctx.rank)], ys[rows(ctx.rank)])
     model.fit(*given, **({} if data_set is not None else {"batch_size": BATCH}), epochs=1,
-              verbose=0, shuffle=False, callbacks=ctx.dist.fit_callbacks())
+              verbose=0, shuffle=False, callbacks=ctx.dist.fit_callbacks(**(callbacks_kw or {})))
     return model
 
 
@@ -930,11 +931,34 @@ def shuffle_shard_after_fit(ctx):
       waiting in its all-reduce: every rank stops with one line naming each rank's step
       count.""")
 def unequal_batches_unknown_length(ctx):
-    xs, ys = data()
     picked = np.concatenate([rows(0), rows(1)[:BATCH]]) if ctx.rank == 0 else rows(ctx.rank)
-    unknown = ctx.tf.data.Dataset.from_tensor_slices((xs[picked], ys[picked])).filter(
+    return Outcome(seeded_alike_fit(ctx, mlp, unknown_length(ctx, picked)).get_weights())
+
+
+@case("unequal_batches_steps_per_execution", "unequal batch counts, unknown length, "
+      "`steps_per_execution=2`", NONE,
+      """As above, with compile(steps_per_execution=2): rank 0 has 3 batches, the other rank
+      4, so each makes 2 calls of fit's train function, and the ranks part ways inside the
+      last one (rank 0 runs one step there, the other two). Counting calls would see nothing,
+      and the other rank would apply a step of its own: every rank must stop with one line
+      naming each rank's step count. The check of the weights at the epoch's end is off
+      (consistency_check=False), so that nothing else catches it.""")
+def unequal_batches_steps_per_execution(ctx):
+    if not keras3(ctx):
+        raise NotOffered("Keras 2's fit refuses data of unknown length with "
+                         "steps_per_execution > 1")
+    picked = rows(0)[:-BATCH] if ctx.rank == 0 else rows(ctx.rank)
+    return Outcome(seeded_alike_fit(ctx, mlp, unknown_length(ctx, picked),
+                                    callbacks_kw={"consistency_check": False},
+                                    steps_per_execution=2).get_weights())
+
+
+def unknown_length(ctx: Context, picked: np.ndarray) -> Any:
+    """The ``picked`` rows in batches, through a filter: a dataset whose length tf.data cannot
+    know."""
+    xs, ys = data()
+    return ctx.tf.data.Dataset.from_tensor_slices((xs[picked], ys[picked])).filter(
         lambda x, y: True).batch(BATCH)
-    return Outcome(seeded_alike_fit(ctx, mlp, unknown).get_weights())
 
 
 @case("save_every_rank", "`model.save`, `ModelCheckpoint`, `BackupAndRestore`, `TensorBoard` "
@@ -992,6 +1016,23 @@ def skipping_model(ctx: Context):
             return self.last(x if self.skip else self.middle(x))
 
     return Skipping()
+
+
+@case("train_on_batch_no_broadcast", "a `train_on_batch` loop, never broadcast", NONE,
+      """Each rank builds its model from its own seed, compiles it with the distributed
+      optimizer and calls train_on_batch on its batches: no fit_callbacks, no broadcast. The
+      optimizer's first update takes rank 0's variables on every rank, so the ranks must end
+      as one model (not 1 rank at 2B: the first gradients were taken at each rank's own
+      initial weights).""")
+def train_on_batch_no_broadcast(ctx):
+    tf = ctx.tf
+    tf.keras.utils.set_random_seed(SEED + ctx.rank)
+    model, opt = standard(mlp)(ctx, "rank")
+    model.compile(optimizer=opt, loss=loss(tf), jit_compile=False)
+    xs, ys = data()
+    for batch in np.split(rows(ctx.rank), STEPS):
+        model.train_on_batch(xs[batch], ys[batch])
+    return Outcome(model.get_weights())
 
 
 @case("layer_skipped_on_rank", "a layer skipped on one rank (a Python `if`)", NONE,

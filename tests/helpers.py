@@ -118,6 +118,12 @@ def error_lines(output: str) -> list[str]:
 STOPPED_WITHIN_S = 60
 
 
+def rank_status(line: str, status: int, rank: int | None = None) -> str:
+    """A launcher's ``rank_status_line`` as a regex: ``rank``'s (any rank's) exit ``status``."""
+    return (re.escape(line).replace(re.escape("{rank}"), str(rank) if rank is not None else r"\d+")
+            .replace(re.escape("{status}"), str(status)))
+
+
 def assert_stopped_with_one_line(job: Launched, launcher: str, expected: str) -> str:
     """A user error: one `hvdtrain: error:` line holding ``expected``, exit status 2 on every
     rank (mpirun's own; horovodrun names the ranks' status), no traceback from any rank, every
@@ -125,9 +131,11 @@ def assert_stopped_with_one_line(job: Launched, launcher: str, expected: str) ->
     errors = error_lines(job.output)
     assert len(errors) == 1, job.output[-4000:]
     assert expected in errors[0], errors[0]
-    if launchers.entry(launcher).program == "horovodrun":
-        assert job.returncode != 0 and "exit with status code 2" in job.output, job.output
-    else:
+    status_line = launchers.entry(launcher).rank_status_line
+    if status_line:   # the launcher names each rank's status (horovodrun), and exits 1
+        assert job.returncode != 0 and re.search(rank_status(status_line, 2), job.output), \
+            job.output
+    else:             # it exits with the failed rank's (mpirun)
         assert job.returncode == 2, (job.returncode, job.output[-4000:])
     assert not re.search(launchers.entry(launcher).rank_traceback, job.output, re.M), \
         job.output[-4000:]

@@ -60,19 +60,19 @@ def rank_main(args: argparse.Namespace, plan: plans.Plan, out: Path) -> None:
     """One rank: alone, then in the job; rank 0 writes what every rank timed."""
     from hvdtrain.training import trainer
     from hvdtrain import distributed as dist
-    from hvdtrain.commands import ranks
+    from hvdtrain.training import rank_job
 
     run_dir, trace = out / "cluster-run", out / "cluster.timeline.json"
     start_cfg = job_config(args, placement.launcher_size(), plan, run_dir)
     # Horovod: its coordinator (rank 0) writes the timeline this option names; Horovod reads
     # HOROVOD_TIMELINE once, in hvd.init(), which dist.init calls after setting it.
-    world = ranks.start(start_cfg, options=dataclasses.replace(start_cfg.horovod,
+    world = rank_job.start(start_cfg, options=dataclasses.replace(start_cfg.horovod,
                                                                timeline=str(trace)))
     cfg = job_config(args, world.size, plan, run_dir)
-    with ranks.same_on_every_rank():
+    with rank_job.same_on_every_rank():
         repeats, nbytes = alone(cfg, plan)
     timer = steps.step_timer()
-    ranks.run(world, lambda: trainer.Trainer(cfg, world, extra_callbacks=[timer]).train())
+    rank_job.run(world, lambda: trainer.Trainer(cfg, world, extra_callbacks=[timer]).train())
     mine = {"rank": world.rank, "host": socket.gethostname(), "alone": repeats,
             "job": steps.timed_repeats(timer.epochs, plan.warmup_epochs, cfg.train.batch_size),
             "gradient_bytes": nbytes}
@@ -149,8 +149,8 @@ def main(args: argparse.Namespace) -> None:
     from hvdtrain.launch import rank_process
     rank_process.load_tensorflow()         # quiet, as train's ranks load it
     from hvdtrain.models import registry
-    from hvdtrain.commands import ranks
-    with ranks.same_on_every_rank():    # the same argv on every rank: rank 0 alone says it
+    from hvdtrain.training import rank_job
+    with rank_job.same_on_every_rank():    # the same argv on every rank: rank 0 alone says it
         cluster_figures.input_shape(args.input_shape)
         if min(args.batch_size, args.classes, args.steps, args.repeats) < 1:
             raise UserError("--batch-size, --classes, --steps and --repeats must be >= 1")

@@ -16,7 +16,7 @@ from typing import Callable
 # hvdtrain.bench.MODULE of every benchmark, in the order of 'hvdtrain bench --help' and of the
 # runs of 'bench all'. The modules load when the bench parser is built, never before.
 MODULES = ("scaling", "tax", "allreduce", "peers", "project", "input", "suite", "stacks", "ops",
-           "phases", "cluster", "migration")
+           "phases", "cluster", "migration", "network")
 DEFAULT_OUT = "benchmarks/results"
 _COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from hvdtrain.launch import rank_process
-from hvdtrain.commands import ranks
+from hvdtrain.commands import run_dirs
+from hvdtrain.training import rank_job
 
 NAME = "eval"
 HELP = "evaluate a run's latest checkpoint on its whole eval set"
@@ -20,15 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with ranks.same_on_every_rank():
-        cfg = ranks.saved_config(args)
+    with rank_job.same_on_every_rank():
+        cfg = run_dirs.saved_config(args)
         rank_process.load_tensorflow()
     from hvdtrain.training import trainer  # Horovod loads here
 
-    world = ranks.start(cfg, options=None)
+    world = rank_job.start(cfg, options=None)
 
     def evaluate() -> None:
         result = trainer.Trainer(cfg, world).evaluate_checkpoint(Path(args.run_dir))
         if world.is_chief:
             print(json.dumps(result))
-    return ranks.run(world, evaluate)
+    return rank_job.run(world, evaluate)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from hvdtrain.commands.parsing import Parser
-from hvdtrain.commands.yaml_lines import to_yaml
 from hvdtrain.errors import UserError
 
 API_VERSION = "kubeflow.org/v2beta1"
@@ -30,7 +29,7 @@ USER_ID = 1000
 HOME = "/home/mpiuser"
 # The worker's SSH server as the operator's own non-root example runs it (examples/v2beta1/pi).
 WORKER_SSHD = ["/usr/sbin/sshd", "-De", "-f", f"{HOME}/.sshd_config"]
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # A Kubernetes resource quantity (the CRD's own pattern for resources).
 _QUANTITY = re.compile(r"(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
                        r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?")
@@ -67,6 +66,7 @@ class Job:
     priority_class: str = ""
     gang: bool = False               # schedulingPolicy: every pod at once, or none
     queue: str = ""                  # schedulingPolicy.queue
+    runtime: str = "hvdtrain"        # --format trainjob: the ClusterTrainingRuntime's name
 
     @property
     def run_dir(self) -> str:
@@ -76,7 +76,7 @@ class Job:
 def check(job: Job) -> None:
     """UserError, in one line, for a job the operator would refuse or that cannot run."""
     last_pod = f"{job.name}-worker-{job.workers - 1}"
-    if not _DNS_LABEL.fullmatch(job.name) or len(last_pod) > 63:
+    if not DNS_LABEL.fullmatch(job.name) or len(last_pod) > 63:
         raise UserError(f"--name {job.name!r}: the pod name {last_pod!r} must be a DNS label "
                         f"(lower-case letters, digits and '-', at most 63 characters)")
     if job.workers < 1 or job.slots < 1:
@@ -133,7 +133,7 @@ def _toleration(text: str) -> dict[str, str]:
     return {**found, "value": value} if equal else found
 
 
-def _pod(job: Job, container: dict[str, Any], role: str) -> dict[str, Any]:
+def pod_template(job: Job, container: dict[str, Any], role: str) -> dict[str, Any]:
     """A pod template as the non-root user (fsGroup: the volume writable by it), with the
     placement the job asks for; a worker's also mounts the run volume and a memory /dev/shm."""
     spec: dict[str, Any] = {
@@ -171,21 +171,30 @@ def _run_policy(job: Job) -> dict[str, Any]:
     return policy
 
 
-def mpijob(job: Job) -> dict[str, Any]:
-    """The MPIJob, as the dict ``kubectl`` would read from its YAML."""
-    check(job)
-    command = launcher_command(job)
-    worker: dict[str, Any] = {"name": "worker", "command": WORKER_SSHD[:1],
-                              "args": WORKER_SSHD[1:],
-                              # Ready once sshd takes connections: the operator starts the
-                              # launcher when every worker is (WaitForWorkersReady).
+def worker_container(job: Job) -> dict[str, Any]:
+    """A worker's container but its name: the SSH server, ready once it takes connections
+    (the launcher starts when every worker is)."""
+    worker: dict[str, Any] = {"command": WORKER_SSHD[:1], "args": WORKER_SSHD[1:],
                               "readinessProbe": {"tcpSocket": {"port": SSH_PORT},
                                                  "initialDelaySeconds": 2, "periodSeconds": 5}}
     if _resources(job):
         worker["resources"] = _resources(job)
-    launcher_limits = {"cpu": job.launcher_cpu, "memory": job.launcher_memory}
-    launcher = {"name": "launcher", "command": command[:1], "args": command[1:],
-                "resources": {"limits": launcher_limits, "requests": dict(launcher_limits)}}
+    return worker
+
+
+def launcher_container(job: Job) -> dict[str, Any]:
+    """The launcher's container but its name: the launcher line, and mpirun's resources."""
+    command = launcher_command(job)
+    limits = {"cpu": job.launcher_cpu, "memory": job.launcher_memory}
+    return {"command": command[:1], "args": command[1:],
+            "resources": {"limits": limits, "requests": dict(limits)}}
+
+
+def mpijob(job: Job) -> dict[str, Any]:
+    """The MPIJob, as the dict ``kubectl`` would read from its YAML."""
+    check(job)
+    worker = {"name": "worker", **worker_container(job)}
+    launcher = {"name": "launcher", **launcher_container(job)}
     metadata: dict[str, Any] = {"name": job.name}
     if job.namespace:
         metadata["namespace"] = job.namespace
@@ -201,76 +210,7 @@ def mpijob(job: Job) -> dict[str, Any]:
                 # OnFailure: the operator's validation takes Never or OnFailure only (not
                 # ExitCode), so a user error (exit 2) is retried too, up to backoffLimit.
                 "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
-                             "template": _pod(job, launcher, "launcher")},
-                "Worker": {"replicas": job.workers, "template": _pod(job, worker, "worker")},
+                             "template": pod_template(job, launcher, "launcher")},
+                "Worker": {"replicas": job.workers,
+                           "template": pod_template(job, worker, "worker")},
             }}}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--workers", type=int, required=True, help="worker pods (one SSH server each)")
-    add("--slots-per-worker", type=int, default=1, help="ranks per worker (default 1)")
-    add("--image", required=True, help="an image with hvdtrain, Horovod, Open MPI and sshd, "
-                                       "e.g. hvdtrain:latest (make image)")
-    add("--name", default="hvdtrain", help="the MPIJob's name (default hvdtrain)")
-    add("--namespace", default="", help="the MPIJob's namespace (default: none written, so "
-                                         "kubectl apply -n NS or the context decides)")
-    add("--interface", default="eth0", help="the pods' network interface MPI uses (eth0)")
-    add("--volume", default="", help="PersistentVolumeClaim for the run directory "
-                                     "(default NAME-runs; ReadWriteMany across nodes)")
-    add("--mount", default="/runs", help="where workers mount it; the run is MOUNT/NAME")
-    add("--gpus-per-worker", type=int, default=0, help="nvidia.com/gpu per worker (= slots)")
-    add("--cpu", default="", help="CPU per worker, e.g. 4")
-    add("--memory", default="", help="memory per worker, e.g. 8Gi")
-    add("--launcher-cpu", default="500m", help="the launcher pod's CPU (default 500m)")
-    add("--launcher-memory", default="512Mi", help="the launcher pod's memory (default 512Mi)")
-    add("--shm-size", default="1Gi", help="each worker's /dev/shm, in memory (default 1Gi)")
-    add("--ttl", type=int, default=86400, metavar="SECONDS",
-        help="delete the finished job after this (default 86400, a day)")
-    add("--backoff-limit", type=int, default=3,
-        help="launcher restarts, each resuming, before the job fails (default 3)")
-    add("--label", action="append", default=[], metavar="KEY=VALUE",
-        help="a label on the job and its pods, e.g. kueue.x-k8s.io/queue-name=team (repeatable)")
-    add("--node-selector", action="append", default=[], metavar="KEY=VALUE",
-        help="schedule pods on nodes with this label (repeatable)")
-    add("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT",
-        help="tolerate a node taint (repeatable)")
-    add("--image-pull-secret", action="append", default=[], metavar="NAME", help="(repeatable)")
-    add("--service-account", default="", help="the pods' service account")
-    add("--priority-class", default="", help="the pods' priority class")
-    add("--gang", action="store_true",
-        help="gang scheduling: every pod at once or none (schedulingPolicy.minAvailable; "
-             "needs Volcano or the scheduler-plugins' coscheduling)")
-    add("--queue", default="", help="schedulingPolicy.queue (Volcano)")
-    add("train_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
-        help="hvdtrain train's arguments")
-
-
-def _pairs(flag: str, items: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    pairs = [item.partition("=") for item in items]
-    bad = [item for item, (key, equal, _) in zip(items, pairs) if not key or not equal]
-    if bad:
-        raise UserError(f"{flag} {bad[0]!r}: write KEY=VALUE")
-    return tuple((key, value) for key, _, value in pairs)
-
-
-def main(argv: Sequence[str], prog: str = "hvdtrain launch k8s") -> int:
-    """Parses ``argv`` and prints the MPIJob's YAML."""
-    parser = Parser(prog=prog, description="Prints a Kubeflow MPIJob (kubeflow.org/v2beta1) "
-                    "that trains with hvdtrain: kubectl apply -f the output.")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    job = Job(name=args.name, workers=args.workers, slots=args.slots_per_worker,
-              image=args.image, train_args=tuple(train_args), namespace=args.namespace,
-              interface=args.interface, volume=args.volume, mount=args.mount,
-              gpus=args.gpus_per_worker, cpu=args.cpu, memory=args.memory,
-              backoff_limit=args.backoff_limit, ttl_seconds=args.ttl,
-              launcher_cpu=args.launcher_cpu, launcher_memory=args.launcher_memory,
-              shm_size=args.shm_size, labels=_pairs("--label", args.label),
-              node_selector=_pairs("--node-selector", args.node_selector),
-              tolerations=tuple(args.toleration), pull_secrets=tuple(args.image_pull_secret),
-              service_account=args.service_account, priority_class=args.priority_class,
-              gang=args.gang, queue=args.queue)
-    print("\n".join(to_yaml(mpijob(job))), flush=True)
-    return 0

@@ -1,32 +1,23 @@
-"""``hvdtrain launch NAME``: the launch scripts of run_scripts/ (SCRIPTS: each launcher's own,
-from its row of launchers.LAUNCHERS, then elastic, slurm and discover-hosts), reachable after a
-pip install (the wheel ships them under hvdtrain/shipped/);
-``hvdtrain launch k8s``: a Kubeflow MPIJob that runs the hostfile one (hvdtrain/commands/k8s.py)."""
+"""``hvdtrain launch NAME``: the launch scripts of run_scripts/ (launchers.SCRIPTS: each
+launcher's own, then elastic, slurm and discover-hosts), reachable after a pip install (the
+wheel ships them under hvdtrain/shipped/); ``hvdtrain launch k8s``: a Kubeflow MPIJob or
+TrainJob that runs the hostfile one (hvdtrain/commands/launch_k8s.py)."""
 from __future__ import annotations
 
 import argparse
 import os
 
 from hvdtrain.install import shipped
-from hvdtrain.commands import k8s
+from hvdtrain.commands import launch_k8s
 from hvdtrain.launch import launchers
-from hvdtrain.launch.launchers import Script
 
 NAME = "launch"
-# The launchers' own scripts (their rows of launchers.LAUNCHERS), then the scripts of no row:
-# horovodrun's elastic mode and SLURM's batch script, which hvdtrain never starts itself, and
-# elastic's host discovery.
-SCRIPTS = {script.name: script for script in [
-    *(row.script for row in launchers.LAUNCHERS.values() if row.script),
-    Script("elastic", "elastic.sh", "Gloo"),
-    Script("slurm", "slurm.sbatch", "SLURM",
-           usage="sbatch --nodes=N --ntasks-per-node=1 {path} [hvdtrain train args]"),
-    Script("discover-hosts", "discover_hosts.sh", "elastic's hosts",
-           usage='hvdtrain launch elastic ... -d "{path} hosts.txt" -- ...')]}
+SCRIPTS = launchers.SCRIPTS
 HELP = ("run a launch script: "
         + ", ".join(f"{s.name} ({s.help})" for s in SCRIPTS.values() if not s.usage) + "; "
         + " and ".join(s.name for s in SCRIPTS.values() if s.usage)
-        + " print theirs, k8s prints a Kubeflow MPIJob ('hvdtrain launch NAME --help')")
+        + " print theirs, k8s prints a Kubeflow MPIJob or TrainJob ('hvdtrain launch NAME "
+          "--help')")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.script == "k8s":
-        return k8s.main(args.args)
+        return launch_k8s.main(args.args)
     script = SCRIPTS[args.script]
     path = shipped.folder("run_scripts") / script.file
     path_only = args.args == ["--path"]  # after NAME, so the script's own flags pass through

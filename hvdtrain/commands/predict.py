@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from hvdtrain.launch import rank_process
-from hvdtrain.commands import ranks
+from hvdtrain.commands import run_dirs
+from hvdtrain.training import rank_job
 
 NAME = "predict"
 HELP = ("a trained model over images, an .npz or TFRecord files: a CSV of predicted classes "
@@ -27,11 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with ranks.same_on_every_rank():
-        cfg = ranks.saved_config(args)
+    with rank_job.same_on_every_rank():
+        cfg = run_dirs.saved_config(args)
         rank_process.load_tensorflow()
         from hvdtrain.training import predict  # nothing runs before dist.init (Horovod loads here)
         request = predict.request(args.run_dir, args.input, args.out,
                                   overwrite=args.overwrite, batch_size=args.batch_size)
-    world = ranks.start(cfg, options=None)
-    return ranks.run(world, lambda: predict.run(request, cfg, world))
+    world = rank_job.start(cfg, options=None)
+    return rank_job.run(world, lambda: predict.run(request, cfg, world))

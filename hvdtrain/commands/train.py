@@ -7,7 +7,7 @@ from typing import Any
 from hvdtrain import config as config_lib
 from hvdtrain.launch import rank_process
 from hvdtrain.config import overrides, presets
-from hvdtrain.commands import ranks
+from hvdtrain.training import rank_job
 
 NAME = "train"
 HELP = "train a model (launch under horovodrun or mpirun for N ranks)"
@@ -62,11 +62,11 @@ def config_from_args(args: argparse.Namespace) -> config_lib.Config:
 
 
 def run(args: argparse.Namespace) -> int:
-    with ranks.same_on_every_rank():
+    with rank_job.same_on_every_rank():
         cfg = config_from_args(args)
         rank_process.load_tensorflow()
     from hvdtrain.training import trainer  # Horovod loads here
 
-    world = ranks.start(cfg, options=cfg.horovod, elastic=args.elastic)
-    return ranks.run(world, lambda: trainer.Trainer(cfg, world, resume=args.resume,
+    world = rank_job.start(cfg, options=cfg.horovod, elastic=args.elastic)
+    return rank_job.run(world, lambda: trainer.Trainer(cfg, world, resume=args.resume,
                                                     elastic=args.elastic).train())

@@ -8,14 +8,14 @@ hold them: ``sections.py`` (the typed sections), ``values.py`` (a config as plai
 """
 from __future__ import annotations
 
-from hvdtrain.config.sections import (SECTIONS, Compression, Config, DataCache,
+from hvdtrain.config.sections import (MB, SECTIONS, Compression, Config, DataCache,
                                       DataConfig, DataSource, Device, HorovodConfig, Loop,
                                       LrDecay, LrScaling, ModelConfig, OptimConfig,
                                       OptimizerName, Precision, ReduceOp, RunConfig,
                                       TrainConfig)
 from hvdtrain.config.values import differences, fingerprint, to_dict
 
-__all__ = ["SECTIONS", "Compression", "Config", "DataCache", "DataConfig",
+__all__ = ["MB", "SECTIONS", "Compression", "Config", "DataCache", "DataConfig",
            "DataSource", "Device", "HorovodConfig", "Loop", "LrDecay", "LrScaling", "ModelConfig",
            "OptimConfig", "OptimizerName", "Precision", "ReduceOp", "RunConfig", "TrainConfig",
            "differences", "fingerprint", "to_dict"]

@@ -196,6 +196,9 @@ class RunConfig:
                             f"run.stall_warning_s={self.stall_warning_s}")
 
 
+MB = 1024 * 1024  # the unit of the horovod section's *_mb options, in bytes
+
+
 @dataclass(frozen=True)
 class HorovodConfig:
     compression: Compression = _help("none | fp16: gradients cast to float16 for the all-reduce "

@@ -21,7 +21,7 @@ from hvdtrain.launch import rank_env
 from hvdtrain.distributed.step_guard import guard_steps
 from hvdtrain.distributed.world import controller
 from hvdtrain.errors import UserError
-from hvdtrain.launch.watchdog import StallWatchdog
+from hvdtrain.distributed.watchdog import StallWatchdog
 
 
 def broadcast_by_position(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
@@ -58,6 +58,27 @@ def _assign_broadcast(variables: list[tf.Variable], root_rank: int,
             variable.assign(hvd.broadcast(variable, root_rank, name=f"{prefix}_{i}",
                                           ignore_name_scope=True))
     assign_all()
+
+
+def tf_variables(variables: Sequence[Any]) -> list[tf.Variable]:
+    """The TensorFlow variables of ``variables``: a Keras 3 variable holds one in ``.value``
+    (which a broadcast assigns in place); Keras 2's, and a script's own, are ones already."""
+    return [v if isinstance(v, tf.Variable) else v.value for v in variables]
+
+
+def broadcast_before_first_update(iterations: Any, variables: Sequence[Any]) -> None:
+    """In a distributed optimizer's update, before it changes ``variables``: root's values of
+    them on every rank when the optimizer's step count ``iterations`` is 0, nothing after.
+    A script that never broadcast (a train_on_batch loop, a loop of its own) would otherwise
+    average the gradients into different models, one per rank, silently; where the state was
+    broadcast before the first step (fit_callbacks), the values are already equal."""
+    targets = tf_variables(variables)
+
+    def broadcast() -> tf.Tensor:
+        broadcast_by_position(targets, 0)
+        return tf.constant(True)
+
+    tf.cond(tf.equal(iterations, 0), broadcast, lambda: tf.constant(False))
 
 
 SEED_STRIDE = 1_000_003  # a prime: rank r's seeds lie far from any seed a user picks nearby

@@ -23,7 +23,7 @@ import horovod.tensorflow.elastic as hvd_elastic
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig, capabilities
-from hvdtrain.distributed.broadcast import broadcast_by_position, seed_offset
+from hvdtrain.distributed import broadcast
 from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
@@ -37,14 +37,14 @@ SEED_STATE = "seed_generator_state"  # the variable name of Keras 3's SeedGenera
 def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: HorovodConfig,
                           *, average_aggregated: bool = True) -> tf.keras.optimizers.Optimizer:
     """``optimizer`` itself, made distributed: its ``apply`` all-reduces the gradients before
-    updating. Wrap it before ``compile``; an optimizer that has state already (a loaded
-    model's) keeps it, and ``fit_callbacks()`` broadcasts rank 0's.
+    updating (the first update from rank 0's variables). Wrap it before ``compile``; an
+    optimizer with state already (a loaded model's) keeps it, and ``fit_callbacks()``
+    broadcasts rank 0's.
 
     Under mixed_float16 the optimizer must be a LossScaleOptimizer when it is wrapped (this
-    function makes it one), so that the SCALED gradients are reduced before the loss scale
-    optimizer unscales them and checks them for inf/NaN: every rank then sees the same
-    gradients and skips or applies the same steps. (Keras 3's compile would otherwise wrap the
-    distributed optimizer inside a LossScaleOptimizer, which checks before the all-reduce.)
+    function makes it one), so that the SCALED gradients are reduced before it unscales them
+    and checks them for inf/NaN: every rank then skips or applies the same steps. (Keras 3's
+    compile would otherwise wrap it in a LossScaleOptimizer that checks before the all-reduce.)
 
     With ``options.backward_passes_per_step`` k > 1 (or Keras' own
     ``gradient_accumulation_steps``), Keras accumulates k batches' gradients (averaged; summed
@@ -53,25 +53,42 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: Hor
     if getattr(optimizer, "hvdtrain_distributed", False):
         return optimizer
     steps = _accumulation_steps(optimizer, options.backward_passes_per_step)
+    optimizer = _loss_scaled(optimizer, steps)
+    distributed = _distributed_class(type(optimizer), options, steps,
+                                     1.0 if average_aggregated else float(steps))
+    # The instance's class swapped rather than a copy rebuilt from get_config(): what the user
+    # set outside the config (exclude_from_weight_decay, say) would be lost by a rebuild.
+    optimizer.__class__ = distributed
+    # A built optimizer may have stepped in a train function traced before this: check_first_step.
+    optimizer.hvdtrain_wrapped_built = optimizer.built
+    return optimizer
+
+
+def _loss_scaled(optimizer: Any, steps: int) -> Any:
+    """Under mixed_float16, ``optimizer`` as a LossScaleOptimizer (see distributed_optimizer)."""
     if (tf.keras.mixed_precision.global_policy().name == "mixed_float16"
             and not isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)):
         if steps > 1:
             raise UserError("gradient accumulation (backward_passes_per_step) under the "
                             "mixed_float16 policy is not offered: accumulate in float32")
-        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
-    base = type(optimizer)
-    scale = 1.0 if average_aggregated else float(steps)
+        return tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
 
+
+def _distributed_class(base: type, options: HorovodConfig, steps: int, scale: float) -> type:
+    """``base`` with its update all-reduced first: at every step, or with ``steps`` > 1 at the
+    update only, the accumulated gradients multiplied by ``scale``."""
     def apply(self, grads, trainable_variables=None):
         # Horovod: average the gradients across ranks before the wrapped optimizer (and a
         # LossScaleOptimizer's unscaling and finiteness check) sees them; with accumulation,
         # at the update step only (``_clip_gradients``).
-        grads = list(grads)
+        grads, variables = list(grads), trainable_variables or self._trainable_variables
         refuse_reduced(grads)
-        record_layout(self, grads, trainable_variables or self._trainable_variables)
+        record_layout(self, grads, variables)
         self.hvdtrain_applied = True  # set while the train step is traced: see check_first_step
         if steps == 1:
             grads = reduce_gradients(grads, options)
+        broadcast.broadcast_before_first_update(self.iterations, variables)
         return base.apply(self, grads, trainable_variables)
 
     def clip_gradients(self, grads):
@@ -86,15 +103,9 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: Hor
         methods["_clip_gradients"] = clip_gradients
     # Same name and module as the wrapped class: a saved model's optimizer loads back as the
     # plain optimizer, without hvdtrain.
-    distributed = type(base.__name__, (base,), {
+    return type(base.__name__, (base,), {
         **methods, "hvdtrain_distributed": True,
         "__module__": base.__module__, "__qualname__": base.__qualname__})
-    # The instance's class swapped rather than a copy rebuilt from get_config(): what the user
-    # set outside the config (exclude_from_weight_decay, say) would be lost by a rebuild.
-    optimizer.__class__ = distributed
-    # A built optimizer may have stepped in a train function traced before this: check_first_step.
-    optimizer.hvdtrain_wrapped_built = optimizer.built
-    return optimizer
 
 
 def _accumulation_steps(optimizer: tf.keras.optimizers.Optimizer, passes: int) -> int:
@@ -197,10 +208,7 @@ def refuse_loss_scale_outside(optimizer: Any) -> None:
 
 
 def broadcast_variables(variables: Sequence[Any], root_rank: int = 0) -> None:
-    # Keras 3 variables hold a tf.Variable in ``.value``, which the broadcast assigns in place;
-    # a script's own tf.Variable is one already.
-    broadcast_by_position([v if isinstance(v, tf.Variable) else v.value for v in variables],
-                          root_rank)
+    broadcast.broadcast_by_position(broadcast.tf_variables(variables), root_rank)
     draw_own_random_numbers([v for v in variables
                              if not isinstance(v, tf.Variable) and v.name == SEED_STATE],
                             root_rank)
@@ -212,7 +220,7 @@ def draw_own_random_numbers(seed_states: Sequence[Any], root_rank: int) -> None:
     rank's batch the same dropout mask. Rank r's state becomes root's with ``seed_offset``
     added to its seed (the counter stays): distinct on every rank, the same for a given seed
     and world size, and what a rank had before whenever root's state is broadcast again."""
-    offset = seed_offset(root_rank)
+    offset = broadcast.seed_offset(root_rank)
     for state in seed_states:
         state.assign(state.value + tf.constant([offset, 0], state.dtype))
 

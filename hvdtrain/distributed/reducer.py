@@ -17,10 +17,9 @@ import tensorflow as tf
 # Horovod: plain collectives on tensors; no Keras inside.
 import horovod.tensorflow as hvd
 
-from hvdtrain.config import HorovodConfig
+from hvdtrain.config import MB, HorovodConfig
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
-from hvdtrain.launch.rank_env import MB
 
 T = TypeVar("T")
 # The gradients distributed tapes returned, by id (weakly: they go when the step drops them).

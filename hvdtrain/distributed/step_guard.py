@@ -4,8 +4,10 @@ Two things end a step on one rank while its peers sit in the step's all-reduce:
 - a dataset of unknown length (``filter``, a generator) that runs out on one rank first: the
   rank that runs out joins (it answers its peers' all-reduces with zeros until each of them
   runs out too), then every rank shows the others its step count, and all stop with one line
-  naming each rank's count if they differ. Without this the rank with more batches would wait
-  for the stall abort (10 minutes by default);
+  naming each rank's count if they differ. A call runs up to ``steps_per_execution`` steps,
+  so two ranks can make as many calls and still part ways inside the last one: then the
+  optimizer's step count is compared. Without this the rank with more batches would wait for
+  the stall abort (10 minutes by default), or train a last step on its own;
 - a variable with a gradient on some ranks only (a layer skipped by a Python ``if`` on one
   rank): Keras 3's flat all-reduce then fails on both with mismatched shapes, and every rank
   stops with one line naming the first such variable (the optimizer records, as each step is
@@ -33,15 +35,19 @@ class GuardedSteps:
 
     def __init__(self, train_function: Any, model: Any, unknown_length: bool):
         self.train_function, self.model, self.calls = train_function, model, 0
-        self.unknown_length = unknown_length
+        self.unknown_length, self.first_step = unknown_length, 0
 
     def __call__(self, iterator: Any) -> Any:
+        several = self.unknown_length and steps_per_call(self.model) > 1
+        if self.calls == 0 and several:
+            self.first_step = applied_steps(self.model)
         try:
             logs = self.train_function(iterator)
         except (StopIteration, tf.errors.OutOfRangeError):
             calls, self.calls = self.calls, 0
             if self.unknown_length:
-                ran_out_together(calls)
+                ran_out_together(applied_steps(self.model) - self.first_step if several
+                                 else calls)
             raise
         except tf.errors.OpError as error:
             problem = layout_problem(self.model) if "Mismatched" in str(error) else None
@@ -62,14 +68,26 @@ def guard_steps(model: Any, unknown_length: bool) -> None:
         model.train_function = GuardedSteps(current, model, unknown_length)
 
 
-def ran_out_together(calls: int) -> None:
+def steps_per_call(model: Any) -> int:
+    """compile's ``steps_per_execution``: an int on Keras 3, a variable on Keras 2."""
+    value = getattr(model, "steps_per_execution", None) or model._steps_per_execution
+    return int(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def applied_steps(model: Any) -> int:
+    """The optimizer's step count. Not read when a call is one step: Keras 3's count is not
+    tied to the step's data, so the call where the data runs out may add one too."""
+    return int(model.optimizer.iterations.numpy())
+
+
+def ran_out_together(steps: int) -> None:
     """A collective of every rank whose data ran out: all raise the same UserError when the
     ranks ran different numbers of steps this epoch."""
     if hvd.size() == 1:  # Horovod: alone, no one waits
         return
     collectives.join()
     # Horovod: every rank's count, so that all ranks take the same branch.
-    counts = hvd.allgather_object(calls, name="hvdtrain_step_counts")
+    counts = hvd.allgather_object(steps, name="hvdtrain_step_counts")
     if len(set(counts)) == 1:
         return
     listed = ", ".join(f"rank {r}: {n}" for r, n in enumerate(counts))

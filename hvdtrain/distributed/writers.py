@@ -11,9 +11,9 @@ remote path is written as Keras writes it.
 
 ``TensorBoard`` on every rank would write one run per rank into the same folder: on ranks
 other than 0 it does nothing, and rank 0's run (its metrics averaged over the ranks) is the
-job's. ``BackupAndRestore`` on every rank with one folder writes it whole as above, and at the
-end every rank removes the folder: one that another rank removed first is gone, as asked, not
-an error.
+job's. ``BackupAndRestore`` on every rank with one folder makes it whoever comes first, writes it
+whole as above, and at the end every rank removes the folder: one that another rank made or
+removed first is there or gone, as asked, not an error.
 """
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ def write_safely() -> None:
     backup = tf.keras.callbacks.BackupAndRestore
     if not getattr(backup.on_train_end, WRAPPED, False):
         backup.on_train_end = removed_by_any_rank(backup.on_train_end)
+    save = getattr(backup, "_save_model", None)   # Keras 3's; Keras 2 saves another way
+    if save is not None and not getattr(save, WRAPPED, False):
+        backup._save_model = folder_made_by_any_rank(save)
 
 
 def local_file(filepath: Any) -> Path | None:
@@ -86,6 +89,20 @@ def rank_zero_board(set_model: Callable) -> Callable:
 
     setattr(set_on_rank_zero, WRAPPED, True)
     return set_on_rank_zero
+
+
+def folder_made_by_any_rank(save_model: Callable) -> Callable:
+    """Keras 3 BackupAndRestore's save, which makes its folder where it does not exist yet:
+    two ranks may both find it missing, and the second one's makedirs would fail on the folder
+    the first just made (FileExistsError). Here it is made first, whoever makes it."""
+    @functools.wraps(save_model)
+    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "://" not in str(self.backup_dir):
+            os.makedirs(self.backup_dir, exist_ok=True)
+        return save_model(self, *args, **kwargs)
+
+    setattr(save, WRAPPED, True)
+    return save
 
 
 def removed_by_any_rank(on_train_end: Callable) -> Callable:

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from hvdtrain.install import doctor_report, horovod_install, shipped
+from hvdtrain.install import doctor_report, horovod_install, horovod_patches, shipped
 from hvdtrain.install.doctor_report import Check
 from hvdtrain.launch import launchers, rank_process, placement
 
@@ -137,7 +137,7 @@ def probe_checks(facts: dict | None = None) -> list[Check]:
               check_gpus(found["gpus"], placement.given_devices(os.environ))]
     installed = horovod_install.distribution_version("horovod")
     if status == 0:
-        unpatched = ("" if horovod_install.built_in_place() else
+        unpatched = ("" if horovod_patches.built_in_place() else
                      f"; built without hvdtrain's in-place all-reduce patch: "
                      f"{horovod_install.REBUILD} takes it")
         checks.append(Check("horovod", True, f"{installed}, its TensorFlow ops load{unpatched}"))

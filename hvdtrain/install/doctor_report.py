@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 from hvdtrain import version
 from hvdtrain.errors import UserError
 from hvdtrain.install import horovod_install
+from hvdtrain.install.horovod_patches import applied_patches
 from hvdtrain.launch import launchers
 
 
@@ -157,7 +158,7 @@ def horovod_patches() -> str:
     if not horovod_install.distribution_version("horovod"):
         return "none (Horovod not installed)"
     try:
-        applied = horovod_install.applied_patches()
+        applied = applied_patches()
     except UserError as e:
         return f"unknown: {e}"
     names = [patch.removeprefix(f"horovod-{horovod_install.HOROVOD_VERSION}-")

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from hvdtrain.install import shipped
+from hvdtrain.install import horovod_patches as patches
 from hvdtrain.errors import UserError
 
 HOROVOD_VERSION = "0.28.1"
@@ -32,24 +32,6 @@ TENSORFLOW_PIN = "tensorflow-cpu>=2.15,<2.22"
 # The Pythons measured (make compat): 3.11 to 3.13 (TensorFlow 2.15, the keras2 stack, has
 # wheels up to 3.11 only, and pip finds none for another).
 PYTHON_RANGE = ((3, 11), (3, 13))
-# From TensorFlow 2.19 on, Horovod 0.28.1's source needs this patch (the patch says why).
-XLA_PATCH, XLA_PATCH_FROM = "horovod-0.28.1-xla-headers-gpu-only.patch", (2, 19)
-# From Python 3.12 on (distutils gone), horovodrun needs this patch (the patch says why); the
-# line it adds to an installed Python file shows that an install took it.
-DISTUTILS_PATCH, DISTUTILS_PATCH_FROM = "horovod-0.28.1-no-distutils.patch", (3, 12)
-DISTUTILS_MARKER = ("horovod/runner/js_run.py", "hvdtrain's patch: distutils left Python in 3.12")
-# Every build takes this patch (the patch says why): one tensor all-reduced in place. The line
-# it adds to an installed Python file shows that an install was built with it.
-IN_PLACE_PATCH = "horovod-0.28.1-allreduce-in-place.patch"
-IN_PLACE_MARKER = ("horovod/tensorflow/mpi_ops.py",
-                   "hvdtrain's patch: the allreduce op forwards its input's buffer")
-# horovodrun's build check without importing TensorFlow: seconds off every launch.
-LAUNCHER_PATCH = "horovod-0.28.1-fast-build-check.patch"
-# horovodrun's patches in the order they apply, each with a line only it adds, which shows it
-# is applied (an install patched before the second one existed takes it at the next setup).
-LAUNCHER_PATCHES = ((LAUNCHER_PATCH, "def _library_only("),
-                    ("horovod-0.28.1-quiet-build-check.patch",
-                     "hvdtrain's patch: the C++ libraries write to the file descriptors"))
 BUILD_ENV = {  # Horovod's build switches: TensorFlow ops, both controllers, no other framework
     "HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1",
     "HOROVOD_WITHOUT_PYTORCH": "1", "HOROVOD_WITHOUT_MXNET": "1"}
@@ -176,54 +158,6 @@ def _pip(*args: str, env: dict[str, str] | None = None) -> None:
         raise UserError(f"'{' '.join(command[1:])}' failed (its output is above)")
 
 
-def _patch(patch: str, folder: Path) -> None:
-    path = shipped.folder("patches") / patch
-    with open(path) as diff:
-        done = subprocess.run(["patch", "-s", "-p1", "-d", str(folder)], stdin=diff,
-                              capture_output=True, text=True)
-    if done.returncode != 0:
-        raise UserError(f"cannot apply {path} to {folder}: {done.stdout.strip()} "
-                        f"{done.stderr.strip()}")
-
-
-def _horovod_site() -> Path:
-    spec = importlib.util.find_spec("horovod")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"horovod is not importable from {sys.executable} after its install")
-    return Path(list(spec.submodule_search_locations)[0]).parent
-
-
-def built_in_place(site: Path | None = None) -> bool:
-    """Whether the Horovod installed in ``site`` (this interpreter's, by default) was built with
-    IN_PLACE_PATCH: the line the patch adds is in its installed file."""
-    path, marker = IN_PLACE_MARKER
-    installed = (site or _horovod_site()) / path
-    return installed.exists() and marker in installed.read_text()
-
-
-def applied_patches(site: Path | None = None) -> list[str]:
-    """The patches the Horovod installed in ``site`` (this interpreter's) shows, each by the
-    line only it adds: IN_PLACE_PATCH, DISTUTILS_PATCH, then LAUNCHER_PATCHES. XLA_PATCH
-    changes C++ alone and leaves no such line."""
-    site = site or _horovod_site()
-    util = site / "horovod" / "common" / "util.py"
-    launcher = util.read_text() if util.exists() else ""
-    js_run = site / DISTUTILS_MARKER[0]
-    return ([IN_PLACE_PATCH] if built_in_place(site) else []) + (
-        [DISTUTILS_PATCH] if js_run.exists() and DISTUTILS_MARKER[1] in js_run.read_text()
-        else []) + [patch for patch, marker in LAUNCHER_PATCHES if marker in launcher]
-
-
-def patch_launcher() -> bool:
-    """horovodrun's fast and quiet build check (LAUNCHER_PATCHES), each patch once per
-    install, in order; True when one was applied now."""
-    site = _horovod_site()
-    missing = [patch for patch, _ in LAUNCHER_PATCHES if patch not in applied_patches(site)]
-    for patch in missing:
-        _patch(patch, site)
-    return bool(missing)
-
-
 def _extract(archive: tarfile.TarFile, folder: Path) -> None:
     """Unpacks Horovod's source with tarfile's "data" filter where this Python has it (3.11.4
     on); Debian 12's python3 is 3.11.2, where the same refusal of a member that would land
@@ -241,18 +175,6 @@ def _extract(archive: tarfile.TarFile, folder: Path) -> None:
     archive.extractall(folder)
 
 
-def source_patches(tensorflow: str, python: tuple[int, int]) -> list[tuple[str, str]]:
-    """The patches Horovod's source takes before a build against TensorFlow ``tensorflow`` on
-    Python ``python`` (major, minor), in order, each with the reason it applies ('' for every
-    build)."""
-    patches: list[tuple[str, str]] = []
-    if minor(tensorflow) >= XLA_PATCH_FROM:
-        patches.append((XLA_PATCH, f" for TensorFlow {tensorflow}"))
-    if python >= DISTUTILS_PATCH_FROM:
-        patches.append((DISTUTILS_PATCH, f" for Python {python[0]}.{python[1]}"))
-    return patches + [(IN_PLACE_PATCH, "")]
-
-
 def build(tensorflow: str, say: Callable[[str], None]) -> None:
     """Downloads Horovod's source, patches it for this TensorFlow and builds it here, in this
     interpreter's environment (no build isolation: it must see this TensorFlow)."""
@@ -267,9 +189,9 @@ def build(tensorflow: str, say: Callable[[str], None]) -> None:
         with tarfile.open(next(Path(tmp).glob("horovod-*.tar.gz"))) as archive:
             _extract(archive, Path(tmp))
         source = Path(tmp) / f"horovod-{HOROVOD_VERSION}"
-        for patch, why in source_patches(tensorflow, sys.version_info[:2]):
+        for patch, why in patches.source_patches(minor(tensorflow), sys.version_info[:2]):
             say(f"patching Horovod's source{why}: {patch}")
-            _patch(patch, source)
+            patches.apply(patch, source)
         say(f"building horovod {HOROVOD_VERSION} with TensorFlow {tensorflow}, MPI and Gloo "
             f"(a few minutes)")
         env = {**os.environ, **BUILD_ENV, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"}
@@ -290,13 +212,13 @@ def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
                if installed and installed != HOROVOD_VERSION else
                "rebuild asked for" if rebuild else working_problem())
     if not problem:
-        applied = not dry_run and patch_launcher()
+        applied = not dry_run and patches.patch_launcher()
         say(f"horovod {installed} is built for TensorFlow {tensorflow} with MPI and Gloo and "
             f"its ops load: nothing to build"
             f"{' (horovodrun patched)' if applied else ''}")
-        if not built_in_place():
+        if not patches.built_in_place():
             # A working Horovod is not rebuilt unasked: it may be a site's own (a GPU build).
-            say(f"  it was built without hvdtrain's {IN_PLACE_PATCH} (a gradient tensor "
+            say(f"  it was built without hvdtrain's {patches.IN_PLACE_PATCH} (a gradient tensor "
                 f"all-reduced into a new buffer, not in place): {REBUILD} takes it")
         return 0
     say(f"horovod needs a build: {problem}")
@@ -306,7 +228,7 @@ def setup_horovod(*, rebuild: bool = False, dry_run: bool = False,
     if problem:
         raise UserError(problem)
     build(tensorflow, say)
-    patch_launcher()
+    patches.patch_launcher()
     problem = working_problem()
     if problem:
         raise UserError(f"horovod {HOROVOD_VERSION} was built but does not work: {problem}")

@@ -128,14 +128,17 @@ class Entry:
     # Horovod: the controller its ranks join (world.controller), which doctor's smoke test
     # checks they report; None where there is no job to join (one process).
     controller: Literal["mpi", "gloo"] | None
-    # The program that starts its ranks, and so how a failed rank ends the job: horovodrun
-    # names each rank's exit status and exits 1, letting the others notice the loss; mpirun
-    # exits with the failed rank's status and ends the others at once. None: no launcher.
-    program: Literal["mpirun", "horovodrun"] | None
+    # How a failed rank ends the job. A line naming each failed rank's exit status ({rank},
+    # {status}) where the launcher prints one, exits 1, and lets the other ranks notice the
+    # loss (horovodrun); None where it exits with the failed rank's status and ends the
+    # others at once (mpirun), or starts no ranks.
+    rank_status_line: str | None
     # The variables it sets in each rank's environment before Python starts: its rank and the
     # number of ranks (placement reads them before hvd.init()); None where it starts no ranks.
     rank_variable: str | None
     size_variable: str | None
+    # And its rank among the ranks of its host (a benchmark rank's core, before hvd.init()).
+    local_rank_variable: str | None
     # The prefix of rank R's lines on one stream in its output, with {rank} and {stream}
     # (stdout, stderr); None where it adds none.
     tag: str | None
@@ -166,22 +169,36 @@ class Entry:
 # --launcher-turns rotation follow it).
 LAUNCHERS: dict[Launcher, Entry] = {
     "mpi": Entry(mpi_cmd_env, multi_rank=True, binds_cores=True, controller="mpi",
-                 program="mpirun",
+                 rank_status_line=None,
                  rank_variable="OMPI_COMM_WORLD_RANK", size_variable="OMPI_COMM_WORLD_SIZE",
+                 local_rank_variable="OMPI_COMM_WORLD_LOCAL_RANK",
                  tag="[1,{rank}]<{stream}>:", always_tags=False, rank_traceback=r"Traceback",
                  script=Script("hostfile", "mpirun_hostfile.sh", "MPI over hosts")),
     # Its script, local.sh, runs this command on this host (over MPI where mpirun is installed).
     "gloo": Entry(gloo_cmd_env, multi_rank=True, binds_cores=False, controller="gloo",
-                  program="horovodrun",
+                  rank_status_line="Process {rank} exit with status code {status}.",
                   rank_variable="HOROVOD_RANK", size_variable="HOROVOD_SIZE",
+                  local_rank_variable="HOROVOD_LOCAL_RANK",
                   tag="[{rank}]<{stream}>:", always_tags=True,
                   rank_traceback=r"^\[\d+\]<std(out|err)>:Traceback",
                   script=Script("local", "local.sh", "N ranks here, MPI or else Gloo")),
     "single": Entry(single_cmd_env, multi_rank=False, binds_cores=False, controller=None,
-                    program=None,
-                    rank_variable=None, size_variable=None, tag=None, always_tags=False,
+                    rank_status_line=None,
+                    rank_variable=None, size_variable=None, local_rank_variable=None,
+                    tag=None, always_tags=False,
                     rank_traceback=r"Traceback", script=None),
 }
+# Every script of run_scripts/ that hvdtrain launch offers: the launchers' own (their rows),
+# then those of launchers users start and hvdtrain never does (horovodrun's elastic mode,
+# SLURM's batch script) and elastic's host discovery.
+SCRIPTS = {script.name: script for script in [
+    *(row.script for row in LAUNCHERS.values() if row.script),
+    Script("elastic", "elastic.sh", "Gloo"),
+    Script("slurm", "slurm.sbatch", "SLURM",
+           usage="sbatch --nodes=N --ntasks-per-node=1 {path} [hvdtrain train args]"),
+    Script("discover-hosts", "discover_hosts.sh", "elastic's hosts",
+           usage='hvdtrain launch elastic ... -d "{path} hosts.txt" -- ...')]}
+
 MULTI_RANK: tuple[Launcher, ...] = tuple(name for name, entry in LAUNCHERS.items()
                                          if entry.multi_rank)
 assert set(LAUNCHERS) == set(get_args(Launcher)), "a launcher named but not in the table"

@@ -26,23 +26,35 @@ LAUNCHER_RANK_VARS = (*_horovod_first(row.rank_variable for row in launchers.LAU
 # And the number of processes they started (srun: of this job step).
 LAUNCHER_SIZE_VARS = (*_horovod_first(row.size_variable for row in launchers.LAUNCHERS.values()),
                       "PMI_SIZE", "SLURM_STEP_NUM_TASKS")
+# And the rank among those of its host (srun: SLURM_LOCALID).
+LAUNCHER_LOCAL_RANK_VARS = (*_horovod_first(row.local_rank_variable
+                                            for row in launchers.LAUNCHERS.values()),
+                            "SLURM_LOCALID")
+
+
+def _first_number(names: tuple[str, ...], environ: Mapping[str, str], alone: int) -> int:
+    """The first of ``names`` that holds a number in ``environ``, or ``alone``."""
+    for name in names:
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return alone
 
 
 def launcher_rank(environ: Mapping[str, str] = os.environ) -> int:
     """This process's rank as its launcher set it (the first of LAUNCHER_RANK_VARS that holds
     a number), or 0 when started alone; readable before hvd.init()."""
-    for name in LAUNCHER_RANK_VARS:
-        if environ.get(name, "").isdigit():
-            return int(environ[name])
-    return 0
+    return _first_number(LAUNCHER_RANK_VARS, environ, 0)
+
+
+def launcher_local_rank(environ: Mapping[str, str] = os.environ) -> int:
+    """This process's rank among its host's as its launcher set it, or 0 when started alone;
+    readable before hvd.init()."""
+    return _first_number(LAUNCHER_LOCAL_RANK_VARS, environ, 0)
 
 
 def launcher_size(environ: Mapping[str, str] = os.environ) -> int:
     """How many processes the launcher started; 1 for a process started without one."""
-    for name in LAUNCHER_SIZE_VARS:
-        if environ.get(name, "").isdigit():
-            return int(environ[name])
-    return 1
+    return _first_number(LAUNCHER_SIZE_VARS, environ, 1)
 
 
 def threads_per_rank(available_cores: int, total_cores: int, local_size: int) -> int:

@@ -19,9 +19,8 @@ import os
 from typing import Mapping
 
 from hvdtrain.launch import placement
-from hvdtrain.config import HorovodConfig
+from hvdtrain.config import MB, HorovodConfig
 
-MB = 1024 * 1024
 # Horovod 0.28's own values when a variable is unset (horovod/common/operations.cc).
 HOROVOD_DEFAULT_FUSION_MB = 128.0
 HOROVOD_DEFAULT_CYCLE_MS = 1.0

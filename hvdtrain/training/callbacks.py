@@ -16,7 +16,7 @@ import tensorflow as tf
 from hvdtrain.training import checkpoints, schedules
 from hvdtrain.config import Config
 from hvdtrain.errors import UserError
-from hvdtrain.launch.watchdog import StallWatchdog
+from hvdtrain.distributed.watchdog import StallWatchdog
 
 if TYPE_CHECKING:
     from hvdtrain.distributed import World

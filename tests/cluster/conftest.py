@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-import netns_cluster
+from hvdtrain.testing import netns_cluster
 import slurm_cluster
 from helpers import one_host_summary, skip_unless_optional
-from netns_cluster import NetnsCluster
+from hvdtrain.testing.netns_cluster import NetnsCluster
 from slurm_cluster import SlurmCluster
 
 # Each kind of cluster: why this machine cannot make it, and what a skip calls it.

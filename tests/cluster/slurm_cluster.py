@@ -1,4 +1,5 @@
-"""A real SLURM cluster on the namespaced hosts of netns_cluster.py, for sbatch/srun in tests.
+"""A real SLURM cluster on the namespaced hosts of hvdtrain/testing/
+netns_cluster.py, for sbatch/srun in tests.
 
     with SlurmCluster(hosts=3, workdir=tmp_path) as cluster:
         job = cluster.sbatch(["--nodes=3", "run_scripts/slurm.sbatch", ...], env=..., cwd=...)
@@ -11,25 +12,32 @@ slurm.conf written into ``workdir``. Clients find it through SLURM_CONF (``env()
 Every daemon runs inside the cluster's namespaces, so leaving the ``with`` block (or
 ``remove_stale`` after a killed run) kills them with everything else; nothing is written or
 left running outside ``workdir``.
+
+Each node also has GPUS_PER_HOST GPUs for SLURM's scheduling (gres), backed by device files
+made in ``workdir`` (copies of /dev/null), so that a job asking for GPUs gets them and each
+task the CUDA_VISIBLE_DEVICES that SLURM's binding gives it (tests/fake_gpus makes TensorFlow
+list them). A job that asks for none gets none, as on a GPU cluster.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import textwrap
 import time
 from pathlib import Path
 
-from netns_cluster import NetnsCluster
-from netns_cluster import unavailable_reason as netns_unavailable_reason
+from hvdtrain.testing.netns_cluster import NetnsCluster
+from hvdtrain.testing.netns_cluster import unavailable_reason as netns_unavailable_reason
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scancel", "scontrol", "sinfo")
 PACKAGES = "slurmctld slurmd slurm-client munge"
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 PATH_SBIN = "/usr/sbin:/sbin"   # where Debian puts the daemons (not on every user's PATH)
+GPUS_PER_HOST = 2
 
 
 def unavailable_reason() -> str | None:
@@ -83,9 +91,15 @@ class SlurmCluster(NetnsCluster):
                     *(f"tmp-{n}" for n in self.names)]:
             (d / sub).mkdir()
         nodes = "".join(f"NodeName={name} NodeAddr={address} CPUs={self.cpus_per_host} "
-                        f"State=UNKNOWN\n" for name, address in zip(self.names, self.addresses))
+                        f"Gres=gpu:{GPUS_PER_HOST} State=UNKNOWN\n"
+                        for name, address in zip(self.names, self.addresses))
+        # slurmd reads gres.conf beside slurm.conf; the files must be character devices.
+        for i in range(GPUS_PER_HOST):
+            os.mknod(d / f"gpu{i}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's
+        (d / "gres.conf").write_text(f"Name=gpu File={d}/gpu[0-{GPUS_PER_HOST - 1}]\n")
         self.conf.write_text(textwrap.dedent(f"""\
             ClusterName=hvdt
+            GresTypes=gpu
             SlurmctldHost={self.names[0]}({self.addresses[0]})
             SlurmUser=root
             # munged's socket is in this directory, not the system's /run/munge.

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from helpers import ROOT, error_lines, importable_from, launcher_env
-from netns_cluster import NetnsCluster
+from hvdtrain.testing.netns_cluster import NetnsCluster
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 

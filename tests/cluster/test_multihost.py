@@ -14,8 +14,8 @@ import pytest
 
 from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS,
                      assert_same_training, hvdtrain, launcher_env, one_host_summary)
-from hvdtrain.commands import k8s
-from netns_cluster import NetnsCluster
+from hvdtrain.commands import k8s, trainjob
+from hvdtrain.testing.netns_cluster import NetnsCluster
 
 # The cluster is made by the first test (about 20 s); each job runs to 400 s at most.
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -74,6 +74,7 @@ def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path, one
 # pkg/controller/mpi_job_controller.go): the hostfile it writes for OpenMPI, one line per worker
 # pod ("%s.%s.%s.svc slots=%d": NAME-worker-I, NAME, NAMESPACE, slotsPerWorker), the names its
 # headless service makes resolvable, and the environment of the launcher's container.
+# Kubeflow Trainer's side of a TrainJob is commands/trainjob.py's (hostfile, launcher_env).
 def operator_hostfile(name: str, namespace: str, workers: int, slots: int) -> list[str]:
     return [f"{name}-worker-{i}.{name}.{namespace}.svc slots={slots}" for i in range(workers)]
 
@@ -84,26 +85,39 @@ def operator_launcher_env(hostfile: Path) -> dict[str, str]:
             "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10"}
 
 
-def test_mpijob_launcher_line_trains_on_two_worker_hosts_equal_to_one_host(cluster, tmp_path,
-                                                                          one_host):
-    """hvdtrain launch k8s's launcher command, run on host1 as the launcher pod, with the
-    operator's hostfile naming host2 and host3 as its worker pods."""
-    name, namespace = "multi", "ml"   # the run directory: MOUNT/NAME = tmp_path/multi
-    job = k8s.mpijob(k8s.Job(name=name, workers=2, slots=1, image="hvdtrain:latest",
-                             namespace=namespace, interface=cluster.interface,
-                             mount=str(tmp_path), train_args=tuple(TRAIN_ARGS)))
-    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    lines = operator_hostfile(name, namespace, workers=2, slots=job["spec"]["slotsPerWorker"])
+def printed_launcher(job: k8s.Job, form: str) -> tuple[list[str], list[str]]:
+    """The launcher's command, and the hostfile its operator gives it."""
+    if form == "mpijob":
+        spec = k8s.mpijob(job)["spec"]
+        container = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+        return (container["command"] + container["args"],
+                operator_hostfile(job.name, job.namespace, job.workers, spec["slotsPerWorker"]))
+    runtime, train = trainjob.documents(job)
+    slots = runtime["spec"]["mlPolicy"]["mpi"]["numProcPerNode"]
+    return (train["spec"]["trainer"]["command"] + train["spec"]["trainer"]["args"],
+            trainjob.hostfile(job.name, job.workers, slots))
+
+
+@pytest.mark.parametrize("form", ["mpijob", "trainjob"])
+def test_k8s_launcher_line_trains_on_two_worker_hosts_equal_to_one_host(cluster, tmp_path,
+                                                                       one_host, form):
+    """hvdtrain launch k8s's launcher command (an MPIJob's, a TrainJob's), run on host1 as the
+    launcher pod, with its operator's hostfile naming host2 and host3 as the worker pods."""
+    name = "multi"   # the run directory: MOUNT/NAME = tmp_path/multi
+    job = k8s.Job(name=name, workers=2, slots=1, image="hvdtrain:latest", namespace="ml",
+                  interface=cluster.interface, mount=str(tmp_path), train_args=tuple(TRAIN_ARGS))
+    line, lines = printed_launcher(job, form)
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("\n".join(lines) + "\n")
-    line = [str(hostfile) if arg == k8s.OPERATOR_HOSTFILE else arg
-            for arg in launcher["command"] + launcher["args"]]
+    env = (operator_launcher_env(hostfile) if form == "mpijob"
+           else trainjob.launcher_env(str(hostfile), job.slots))
+    line = [str(hostfile) if arg == k8s.OPERATOR_HOSTFILE else arg for arg in line]
     # The printed line, with report_host.sh in each rank's place to see which host it ran on.
     at = line.index("--")
     line[at:at] = ["-x", "REPORT_DIR", "-x", "REPORT_IFACE", "-p", f"{REPORT_HOST} hvdtrain train"]
     pods = {row.split()[0]: worker for worker, row in enumerate(lines, start=1)}
     with cluster.more_names(pods):
-        multi, where = run_on_cluster(cluster, tmp_path, line, operator_launcher_env(hostfile))
+        multi, where = run_on_cluster(cluster, tmp_path, line, env)
     assert where == {0: (cluster.names[1], cluster.addresses[1]),
                      1: (cluster.names[2], cluster.addresses[2])}
     assert multi["controller"] == "mpi" and multi["world_size"] == 2

@@ -188,6 +188,50 @@ def test_pmix_is_the_one_pmi_that_slurm_and_open_mpi_share(cluster, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# One GPU per task: SLURM's binding gives each task its own CUDA_VISIBLE_DEVICES.
+
+# Two tasks on one node, each given one of its GPUs (the cluster's gres, slurm_cluster.py);
+# tests/fake_gpus makes TensorFlow list the GPUs each task was given and records which it pins.
+PER_TASK = ["--nodes=1", "--ntasks-per-node=2", "--gpus-per-task=1"]
+FAKE_GPUS = {"PYTHONPATH": str(TESTS / "fake_gpus")}
+
+
+def pinned(job: Job) -> dict[int, tuple[str, int]]:
+    """Each rank's CUDA_VISIBLE_DEVICES and the index of the GPU it pinned among them."""
+    found = {}
+    for f in job.report.glob("gpu-rank*.json"):
+        record = json.loads(f.read_text())
+        found[int(f.stem.removeprefix("gpu-rank"))] = (record["CUDA_VISIBLE_DEVICES"],
+                                                       record["pinned"])
+    return found
+
+
+def test_one_gpu_per_task_each_rank_pins_the_gpu_srun_gave_it(cluster, tmp_path):
+    """The script's srun line with --gpus-per-task=1: two ranks on a node, each seeing one GPU
+    (its own CUDA_VISIBLE_DEVICES), train with each pinning the one it was given."""
+    job = submit(cluster, tmp_path, sbatch=PER_TASK, env=FAKE_GPUS,
+                 train=[*TRAIN_ARGS, "--epochs", "1"])
+    assert finish(cluster, job)["JobState"] == "COMPLETED", job.output()
+    assert pinned(job) == {0: ("0", 0), 1: ("1", 0)}, job.output()
+    summary = job.summary()
+    assert summary["world_size"] == 2 and summary["device"] == "/GPU:0", summary
+
+
+@pytest.mark.fault
+def test_control_two_tasks_given_one_gpu_stop_naming_both(cluster, tmp_path):
+    """The same job with both tasks bound to GPU 0 (--gpu-bind=map_gpu:0): every rank stops
+    with one line naming both ranks and the GPU, before training."""
+    job = submit(cluster, tmp_path, sbatch=[*PER_TASK, "--gpu-bind=map_gpu:0"], env=FAKE_GPUS,
+                 train=[*TRAIN_ARGS, "--epochs", "1"])
+    assert finish(cluster, job)["JobState"] == "FAILED", job.output()
+    assert pinned(job) == {0: ("0", 0), 1: ("0", 0)}, job.output()
+    errors = [line for line in job.output().splitlines() if "hvdtrain: error:" in line]
+    assert len(errors) == 1, job.output()
+    assert "ranks 0 and 1 on host host1 would share GPU 0" in errors[0], errors
+    assert not (job.run_dir / "summary.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------
 # Failures: scancel, a rank killed on one node, a requeued job.
 
 @pytest.mark.fault

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from helpers import (BIN, Job, ROOT, assert_ok, assert_stopped_with_one_line, hvdtrain,
-                     importable_from, launch, launch_command, snapshot, weights)
+                     importable_from, launch, launch_command, rank_status, snapshot, weights)
 from hvdtrain.launch import launchers
 from hvdtrain.training import checkpoints, debug
 
@@ -111,13 +111,13 @@ def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path
     killed = run_and_act(launch_command(launcher, 2, args, tag_output=True), r"epoch +3/10",
                          kill_rank(rank_is(launcher, 1)))
     print(f"every process of the job gone {killed.gone_s:.1f} s after the kill")
-    horovodrun = launchers.entry(launcher).program == "horovodrun"
+    status_line = launchers.entry(launcher).rank_status_line
     assert killed.status != 0 and killed.gone_s < GONE_WITHIN_S, (killed.gone_s,
                                                                  killed.output[-3000:])
-    named = (r"Process 1 exit with status code 137" if horovodrun
+    named = (rank_status(status_line, 137, rank=1) if status_line
              else r"process rank 1 with PID \d+ on node \S+ exited on signal 9")
     assert re.search(named, killed.output), killed.output[-3000:]
-    if horovodrun:
+    if status_line:   # the launcher lets the other ranks notice the loss (horovodrun)
         # Rank 0, waiting in a collective, notices the lost peer at once: it says so and exits
         # with status 1 (horovodrun reports every rank's status).
         rank0 = re.escape(launchers.entry(launcher).rank_tag(0, "stderr"))
@@ -138,7 +138,7 @@ def test_killed_rank_stops_the_job_and_resume_reaches_the_bar(launcher, tmp_path
     # Rank 0 prints an epoch's line before it writes that epoch's checkpoint (callbacks.assemble).
     # Under Gloo it goes on to write it and then finds the peer gone; mpirun ends it at once,
     # maybe mid-write (the checkpoint is then not there at all): every epoch before the line.
-    assert done >= (3 if horovodrun else 2), resumed.output[-2000:]
+    assert done >= (3 if status_line else 2), resumed.output[-2000:]
     summary = summary_of(run_dir)
     assert summary["resumed_from_epoch"] == done and summary["epochs"] == 10
     assert summary["final_eval_accuracy"] >= BAR, summary

@@ -80,9 +80,10 @@ def test_bench_all_runs_the_benchmarks_its_registry_field_names():
     assert in_all == ["scaling", "tax", "allreduce", "peers", "project", "input", "stacks",
                       "phases"]
     # The field decides, not the title: ops and cluster (run under the user's launcher) have
-    # none, migration (it needs Horovod's script) and bench all itself neither.
+    # none, migration (it needs Horovod's script), network (root, an hour) and bench all
+    # itself neither.
     assert {b.name for b in registry.benchmarks()} - set(in_all) == {"all", "ops", "cluster",
-                                                                      "migration"}
+                                                                      "migration", "network"}
     titled = registry.Benchmark(name="x", help="x", main=print, title="A title")
     assert not titled.in_all   # control: a title alone does not put it in bench all
     with pytest.raises(ValueError, match="without a title"):

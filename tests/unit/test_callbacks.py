@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain.launch import watchdog as watchdog_module
+from hvdtrain.distributed import watchdog as watchdog_module
 from hvdtrain.training import schedules
 from hvdtrain.training.callbacks import ExactEvaluation, LearningRateSchedule, ProgressLine
-from hvdtrain.launch.watchdog import STALL_EXIT_CODE, StallWatchdog
+from hvdtrain.distributed.watchdog import STALL_EXIT_CODE, StallWatchdog
 
 
 class FakeClock:

@@ -14,7 +14,7 @@ import pytest
 
 from helpers import BIN, ROOT, launcher_env, run_job, skip_unless_optional
 from hvdtrain import version
-from hvdtrain.install import doctor, doctor_report, horovod_install
+from hvdtrain.install import doctor, doctor_report, horovod_install, horovod_patches
 from hvdtrain.launch import launchers
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
@@ -199,15 +199,16 @@ def test_python_range_is_checked_with_the_range_in_one_line():
 
 
 def test_horovods_source_takes_each_patch_from_its_tensorflow_and_python():
-    xla, distutils, in_place = (horovod_install.XLA_PATCH, horovod_install.DISTUTILS_PATCH,
-                                horovod_install.IN_PLACE_PATCH)
-    names = lambda tensorflow, python: [patch for patch, _ in horovod_install.source_patches(
-        tensorflow, python)]
+    xla, distutils, in_place = (horovod_patches.XLA_PATCH, horovod_patches.DISTUTILS_PATCH,
+                                horovod_patches.IN_PLACE_PATCH)
+    names = lambda tensorflow, python: [patch for patch, _ in horovod_patches.source_patches(
+        horovod_install.minor(tensorflow), python)]
     assert names("2.15.1", (3, 11)) == [in_place]   # the control: the in-place patch alone
     assert names("2.18.1", (3, 12)) == [distutils, in_place]
     assert names("2.19.1", (3, 11)) == [xla, in_place]
     assert names("2.21.0", (3, 13)) == [xla, distutils, in_place]
-    assert dict(horovod_install.source_patches("2.21.0", (3, 12)))[distutils] == " for Python 3.12"
+    reasons = dict(horovod_patches.source_patches((2, 21), (3, 12)))
+    assert reasons[distutils] == " for Python 3.12" and reasons[xla] == " for TensorFlow 2.21"
     for patch in (xla, distutils, in_place):   # each is shipped, and named in NOTICE
         assert (ROOT / "scripts" / "patches" / patch).is_file(), patch
         assert patch in (ROOT / "NOTICE").read_text(), patch

@@ -15,7 +15,7 @@ import pytest
 
 import hvdtrain
 from hvdtrain import version
-from hvdtrain.install import doctor_report, horovod_install
+from hvdtrain.install import doctor_report, horovod_install, horovod_patches
 from hvdtrain.install.doctor_report import Check
 from test_doctor import missing_fields, report_fields
 
@@ -103,24 +103,24 @@ def test_the_build_line_keeps_frameworks_and_controllers_without_pytorch(reports
 
 
 def test_the_patches_are_read_from_the_lines_each_adds(tmp_path, reports):
-    mpi_ops = tmp_path / horovod_install.IN_PLACE_MARKER[0]
+    mpi_ops = tmp_path / horovod_patches.IN_PLACE_MARKER[0]
     util = tmp_path / "horovod" / "common" / "util.py"
     mpi_ops.parent.mkdir(parents=True)
     util.parent.mkdir(parents=True)
-    js_run = tmp_path / horovod_install.DISTUTILS_MARKER[0]
+    js_run = tmp_path / horovod_patches.DISTUTILS_MARKER[0]
     js_run.parent.mkdir(parents=True)
     mpi_ops.write_text("def _allreduce(): pass\n")
     util.write_text("def _check_extension_lambda(): pass\n")
     js_run.write_text("from distutils.spawn import find_executable\n")
-    assert horovod_install.applied_patches(tmp_path) == []   # the control: unpatched
-    mpi_ops.write_text(f"# {horovod_install.IN_PLACE_MARKER[1]}\n")
-    util.write_text("\n".join(marker for _, marker in horovod_install.LAUNCHER_PATCHES))
-    js_run.write_text(f"# {horovod_install.DISTUTILS_MARKER[1]}\n")
-    assert horovod_install.applied_patches(tmp_path) == [
-        horovod_install.IN_PLACE_PATCH, horovod_install.DISTUTILS_PATCH,
-        *(p for p, _ in horovod_install.LAUNCHER_PATCHES)]
+    assert horovod_patches.applied_patches(tmp_path) == []   # the control: unpatched
+    mpi_ops.write_text(f"# {horovod_patches.IN_PLACE_MARKER[1]}\n")
+    util.write_text("\n".join(marker for _, marker in horovod_patches.LAUNCHER_PATCHES))
+    js_run.write_text(f"# {horovod_patches.DISTUTILS_MARKER[1]}\n")
+    assert horovod_patches.applied_patches(tmp_path) == [
+        horovod_patches.IN_PLACE_PATCH, horovod_patches.DISTUTILS_PATCH,
+        *(p for p, _ in horovod_patches.LAUNCHER_PATCHES)]
     # This venv's Horovod, as the report names it (the in-place patch: see doctor's check).
     named = report_fields(reports["none"])["horovod patches"]
-    assert ("allreduce-in-place" in named) == horovod_install.built_in_place()
+    assert ("allreduce-in-place" in named) == horovod_patches.built_in_place()
     assert ("fast-build-check" in named) == (
-        horovod_install.LAUNCHER_PATCH in horovod_install.applied_patches())
+        horovod_patches.LAUNCHER_PATCH in horovod_patches.applied_patches())

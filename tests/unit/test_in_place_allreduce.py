@@ -7,7 +7,7 @@ import re
 import sys
 
 from helpers import run_job, side_by_side
-from hvdtrain.install import horovod_install, shipped
+from hvdtrain.install import horovod_patches, shipped
 
 # One all-reduce of a fresh 256 MB tensor inside a tf.function, in a process of its own; it
 # prints how far the process's peak resident memory rose, in tensors of that size. Where the
@@ -57,18 +57,18 @@ def test_the_allreduce_op_reduces_a_tensor_nothing_else_holds_in_its_own_buffer(
 
 
 def test_an_install_built_with_the_in_place_patch_is_told_from_one_without(tmp_path):
-    path, marker = horovod_install.IN_PLACE_MARKER
-    patch = (shipped.folder("patches") / horovod_install.IN_PLACE_PATCH).read_text()
+    path, marker = horovod_patches.IN_PLACE_MARKER
+    patch = (shipped.folder("patches") / horovod_patches.IN_PLACE_PATCH).read_text()
     # The marker is a line the patch adds, to the file the check reads.
     added = patch.split(f"+++ b/{path}\n", 1)[1].split("\n--- a/", 1)[0]
     assert any(line.startswith("+") and marker in line for line in added.splitlines())
-    assert horovod_install.built_in_place()         # this virtualenv's Horovod
+    assert horovod_patches.built_in_place()         # this virtualenv's Horovod
     installed = tmp_path / path
     installed.parent.mkdir(parents=True)
     installed.write_text(f"# {marker} to its output\n")
-    assert horovod_install.built_in_place(tmp_path)
+    assert horovod_patches.built_in_place(tmp_path)
     # Controls: the file as Horovod ships it, and no file at all.
     installed.write_text("def _allreduce(tensor, name=None, op=Sum):\n")
-    assert not horovod_install.built_in_place(tmp_path)
+    assert not horovod_patches.built_in_place(tmp_path)
     installed.unlink()
-    assert not horovod_install.built_in_place(tmp_path)
+    assert not horovod_patches.built_in_place(tmp_path)

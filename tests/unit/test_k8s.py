@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from hvdtrain import cli
-from hvdtrain.commands import k8s
+from hvdtrain.commands.yaml_lines import to_yaml
 from helpers import TESTS
 from openapi_schema import problems
 
@@ -196,6 +196,6 @@ def test_bad_input_is_one_line(capsys, args, expected):
 
 
 def test_yaml_quotes_what_yaml_would_misread():
-    lines = k8s.to_yaml({"a": ["-np", "true", "2", "", "x y", "eth0"], "b": {}, "c": 0})
+    lines = to_yaml({"a": ["-np", "true", "2", "", "x y", "eth0"], "b": {}, "c": 0})
     assert yaml.safe_load("\n".join(lines)) == {
         "a": ["-np", "true", "2", "", "x y", "eth0"], "b": {}, "c": 0}

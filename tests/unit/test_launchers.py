@@ -45,12 +45,17 @@ def variable_problems(table: Mapping[str, Entry]) -> list[str]:
     read (a rank would not know its number before hvd.init())."""
     problems = []
     for name, row in table.items():
-        if row.multi_rank and not (row.rank_variable and row.size_variable):
-            problems.append(f"{name}: starts ranks but names no rank or size variable")
+        if row.multi_rank and not (row.rank_variable and row.size_variable
+                                   and row.local_rank_variable):
+            problems.append(f"{name}: starts ranks but names no rank, size or local rank "
+                            f"variable")
         if row.rank_variable and placement.launcher_rank({row.rank_variable: "3"}) != 3:
             problems.append(f"{name}: placement does not read {row.rank_variable}")
         if row.size_variable and placement.launcher_size({row.size_variable: "5"}) != 5:
             problems.append(f"{name}: placement does not read {row.size_variable}")
+        if (row.local_rank_variable
+                and placement.launcher_local_rank({row.local_rank_variable: "2"}) != 2):
+            problems.append(f"{name}: placement does not read {row.local_rank_variable}")
     return problems
 
 
@@ -98,21 +103,23 @@ def test_a_rows_tag_pattern_matches_its_tags_of_any_rank_and_stream():
         assert not re.fullmatch(row.tag_pattern or "", row.rank_tag(0) + "x")
 
 
-def test_placement_reads_every_rows_rank_and_size_variables():
+def test_placement_reads_every_rows_rank_size_and_local_rank_variables():
     assert variable_problems(TABLE) == []
     # Horovod's own first: horovodrun started inside an mpirun or srun task keeps its numbers.
     assert placement.launcher_rank({"HOROVOD_RANK": "1", "OMPI_COMM_WORLD_RANK": "0",
                                     "SLURM_PROCID": "0"}) == 1
     # Controls: a row whose variables placement does not know; a multi-rank row with none.
     assert variable_problems(broken("mpi", rank_variable="NEWMPI_RANK",
-                                    size_variable="NEWMPI_SIZE")) == [
-        "mpi: placement does not read NEWMPI_RANK", "mpi: placement does not read NEWMPI_SIZE"]
+                                    size_variable="NEWMPI_SIZE",
+                                    local_rank_variable="NEWMPI_LOCAL_RANK")) == [
+        "mpi: placement does not read NEWMPI_RANK", "mpi: placement does not read NEWMPI_SIZE",
+        "mpi: placement does not read NEWMPI_LOCAL_RANK"]
     assert variable_problems(broken("gloo", rank_variable=None)) == [
-        "gloo: starts ranks but names no rank or size variable"]
+        "gloo: starts ranks but names no rank, size or local rank variable"]
 
 
 def test_every_rows_script_exists_and_hvdtrain_launch_offers_it(capsys):
-    assert script_problems(TABLE, launch.SCRIPTS) == []
+    assert script_problems(TABLE, launchers.SCRIPTS) == []
     assert [row.script for row in TABLE.values() if row.script]   # the check saw some
     for row in TABLE.values():
         if row.script:
@@ -122,8 +129,8 @@ def test_every_rows_script_exists_and_hvdtrain_launch_offers_it(capsys):
             assert f"{row.script.name} ({row.script.help})" in launch.HELP
     # Controls: a row whose script is not in run_scripts/; hvdtrain launch without a row's.
     missing = Script("nowhere", "nowhere.sh", "a script never written")
-    assert script_problems(broken("gloo", script=missing), {**launch.SCRIPTS, "nowhere": missing}
+    assert script_problems(broken("gloo", script=missing), {**launchers.SCRIPTS, "nowhere": missing}
                            ) == [f"gloo: no executable {shipped.folder('run_scripts')}/nowhere.sh"]
-    without = {k: v for k, v in launch.SCRIPTS.items() if k != TABLE["mpi"].script.name}
+    without = {k: v for k, v in launchers.SCRIPTS.items() if k != TABLE["mpi"].script.name}
     assert script_problems(TABLE, without) == [
         f"mpi: hvdtrain launch has no {TABLE['mpi'].script.name}"]

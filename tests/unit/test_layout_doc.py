@@ -1,5 +1,6 @@
 """docs/layout.md, the newcomer's map, names every module of the runtime package and of the
-benchmarks' package in its folder, and names no module that is not there."""
+benchmarks' package in its folder, and names no module that is not there; and it names every
+docs page, Horovod patch, script and test program (tests/*.py) by its file name."""
 from __future__ import annotations
 
 import re
@@ -81,10 +82,32 @@ def test_control_a_module_left_out_or_gone_is_caught(tmp_path):
     # A module the map lost (its line cut out), and a module of the map the tree lost.
     cut = "\n".join(line for line in doc.splitlines()
                     if not line.strip().startswith("watchdog.py"))
-    assert unmapped(cut, ROOT) == ["hvdtrain/launch/watchdog.py"]
+    assert unmapped(cut, ROOT) == ["hvdtrain/distributed/watchdog.py"]
     renamed = doc.replace("watchdog.py", "stall_watch.py")
     assert stale(renamed, ROOT) == ["hvdtrain: stall_watch.py"]
     # A module named in another folder's entry does not count for its own.
     moved = doc.replace("    broadcast.py", "    broadcasts.py").replace(
-        "  watchdog.py", "  watchdog.py broadcast.py")
+        "  rank_env.py", "  rank_env.py broadcast.py")
     assert "hvdtrain/distributed/broadcast.py" in unmapped(moved, ROOT)
+
+
+# The files the map names by name, beside the packages' modules.
+NAMED_FILES = ("docs/*.md", "scripts/*", "scripts/patches/*.patch", "tests/*.py")
+
+
+def unnamed_files(doc: str, root: Path) -> list[str]:
+    """The files of NAMED_FILES that the map does not name (as a whole word: helpers.py is not
+    named by bench_helpers.py)."""
+    text = "\n".join(the_map(doc))
+    return sorted(str(p.relative_to(root)) for pattern in NAMED_FILES
+                  for p in root.glob(pattern) if p.is_file()
+                  and not re.search(rf"(?<![\w.-]){re.escape(p.name)}(?![\w-])", text))
+
+
+def test_docs_layout_md_names_every_docs_page_patch_script_and_test_program():
+    doc = DOC.read_text()
+    assert unnamed_files(doc, ROOT) == []
+    # Controls: a page the map no longer names, and a name inside a longer one, are caught.
+    assert unnamed_files(doc.replace("library.md", "library page"), ROOT) == ["docs/library.md"]
+    cut = re.sub(r"(?<!_)helpers\.py", "the helpers", doc)   # bench_helpers.py stays
+    assert "bench_helpers.py" in cut and unnamed_files(cut, ROOT) == ["tests/helpers.py"]

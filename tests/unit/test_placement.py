@@ -21,6 +21,14 @@ def test_launcher_rank_from_environment():
     assert placement.launcher_rank({"OMPI_COMM_WORLD_RANK": "3"}) == 3
     assert placement.launcher_rank({"HOROVOD_RANK": "1", "PMI_RANK": "5"}) == 1
     assert placement.launcher_rank({"SLURM_PROCID": "2"}) == 2
+    # The local rank, from each launcher's row of the table, then srun's; 0 alone.
+    assert placement.launcher_local_rank({}) == 0
+    assert placement.launcher_local_rank({"OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                                          "OMPI_COMM_WORLD_RANK": "3"}) == 1
+    assert placement.launcher_local_rank({"HOROVOD_LOCAL_RANK": "2", "SLURM_LOCALID": "0"}) == 2
+    assert placement.launcher_local_rank({"SLURM_LOCALID": "3"}) == 3
+    assert placement.launcher_size({"OMPI_COMM_WORLD_SIZE": "4"}) == 4
+    assert placement.launcher_size({}) == 1
 
 
 def test_gpu_choice_is_by_local_rank():

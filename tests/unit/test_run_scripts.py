@@ -11,13 +11,12 @@ import pytest
 
 from helpers import ROOT, assert_ok, launcher_env, run_job
 from hvdtrain import version
-from hvdtrain.commands import launch
 from hvdtrain.launch import launchers, rank_process
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 SCRIPTS = ROOT / "run_scripts"
-ALL = [script.file for script in launch.SCRIPTS.values()]  # each launcher's own among them
+ALL = [script.file for script in launchers.SCRIPTS.values()]  # each launcher's own among them
 
 
 def script(name: str, *args: str, env: dict[str, str] | None = None,

@@ -2,11 +2,13 @@
 every rank goes through a file of the rank's own, moved into place whole; TensorBoard does
 nothing on ranks other than 0; the line that names a variable with a gradient on some ranks
 only. Across ranks (the same path saved on every rank, loads on every rank; one TensorBoard
-run; a layer skipped on one rank; unknown-length data running out unequally): the cases
+run; a layer skipped on one rank; unknown-length data running out unequally; a backup folder
+two ranks make at once): the cases
 ``save_every_rank``, ``layer_skipped_on_rank`` and ``unequal_batches_unknown_length`` of
 tests/guarantees_worker.py."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -127,4 +129,26 @@ def test_a_backup_folder_another_rank_removed_first_is_no_error(tmp_path):
         on_train_end(backup)
         raise AssertionError("expected FileNotFoundError")
     except FileNotFoundError:
+        pass
+
+
+def test_a_backup_folder_another_rank_made_first_is_no_error(tmp_path):
+    folder = tmp_path / "backup"
+
+    def save_model(self, epoch, batch, logs):  # Keras 3's: makedirs where it found no folder
+        if not folder.exists():
+            folder.mkdir()          # a peer makes it between the check and this rank's makedirs
+            folder.joinpath("peer").write_text("")
+            os.makedirs(folder)
+        return epoch
+
+    backup = type("Backup", (), {"backup_dir": str(folder)})()
+    assert writers.folder_made_by_any_rank(save_model)(backup, 3, None, {}) == 3
+    assert folder.is_dir() and not (folder / "peer").exists()
+    # Control: unwrapped, the rank that finds no folder fails on the one its peer made.
+    folder.rmdir()
+    try:
+        save_model(backup, 3, None, {})
+        raise AssertionError("expected FileExistsError")
+    except FileExistsError:
         pass

@@ -48,36 +48,49 @@ def horovod_rates(output: str) -> list[float]:
     return [float(v) for v in _ITER.findall(output)]
 
 
-def horovod_command(script: Path, ranks: int, plan: Plan,
-                    python: str = sys.executable) -> list[str]:
-    """The mpirun command line of Horovod's own synthetic benchmark (``script``) at ``ranks``,
-    run by ``python`` (another venv's, where Horovod's Keras layer works), with the model,
-    batch and step counts of hvdtrain's side."""
-    argv = [python, str(script), "--model", "MobileNetV2",
-            "--batch-size", str(MODEL.batch_size), "--no-cuda",
+def horovod_argv(script: Path, plan: Plan, python: str = sys.executable,
+                 model: str = "MobileNetV2", batch_size: int = MODEL.batch_size) -> list[str]:
+    """One rank's command line of Horovod's own synthetic benchmark (``script``), run by
+    ``python`` (another venv's, where Horovod's Keras layer works), with ``model`` (a name of
+    keras.applications; it trains at 224x224x3, 1000 classes), the batch and the step counts
+    of hvdtrain's side."""
+    return [python, str(script), "--model", model, "--batch-size", str(batch_size),
+            "--no-cuda",
             # The same steps as hvdtrain's run: warmup, then repeats of timed steps.
             "--num-warmup-batches", str(plan.steps_per_repeat + 1),
             "--num-batches-per-iter", str(plan.steps_per_repeat),
             "--num-iters", str(plan.repeats)]
-    return launch.launch_command("mpi", ranks, argv)
+
+
+def horovod_command(script: Path, ranks: int, plan: Plan,
+                    python: str = sys.executable) -> list[str]:
+    """The mpirun command line of Horovod's own synthetic benchmark (``horovod_argv``) at
+    ``ranks`` on this host."""
+    return launch.launch_command("mpi", ranks, horovod_argv(script, plan, python))
 
 
 def keras_major(versions: dict[str, str]) -> str:
     return versions.get("keras", "?").split(".", 1)[0]
 
 
-def run(script: Path | None, *, quick: bool, horovod_python: str = sys.executable,
-        rounds: int | None = None) -> dict[str, Any]:
-    theirs = host.stack_versions(horovod_python)
-    why = None
+def unavailable(script: Path | None, horovod_python: str) -> str | None:
+    """Why Horovod's script (``script``, run by ``horovod_python``) cannot run, or None."""
     if script is None or not Path(script).is_file():
         why = ("no --horovod-synthetic PATH given" if script is None
                else f"{script} does not exist")
-        why += ("; get examples/tensorflow2/tensorflow2_synthetic_benchmark.py from "
-                "github.com/horovod/horovod")
-    elif keras_major(theirs) == "3":
-        why = (f"Horovod's script cannot run on Keras {theirs.get('keras')} ('Variable' object "
-               f"has no attribute 'ref'): pass --horovod-venv .venv-keras2")
+        return why + ("; get examples/tensorflow2/tensorflow2_synthetic_benchmark.py from "
+                      "github.com/horovod/horovod")
+    theirs = host.stack_versions(horovod_python)
+    if keras_major(theirs) == "3":
+        return (f"Horovod's script cannot run on Keras {theirs.get('keras')} ('Variable' "
+                f"object has no attribute 'ref'): pass --horovod-venv .venv-keras2")
+    return None
+
+
+def run(script: Path | None, *, quick: bool, horovod_python: str = sys.executable,
+        rounds: int | None = None) -> dict[str, Any]:
+    theirs = host.stack_versions(horovod_python)
+    why = unavailable(script, horovod_python)
     if why or script is None:
         report.say(f"versus Horovod's synthetic benchmark: skipped ({why})")
         return {"skipped": why}
@@ -114,11 +127,15 @@ def run(script: Path | None, *, quick: bool, horovod_python: str = sys.executabl
             "results": summarize_rounds(measured)}
 
 
-def measure_horovod(script: Path, ranks: int, plan: Plan, python: str) -> float:
+def measure_horovod(script: Path, ranks: int, plan: Plan, python: str, *,
+                    command: list[str] | None = None, env: dict[str, str] | None = None
+                    ) -> float:
     """Horovod's script on ``ranks`` ranks: the median over its iterations of rank 0's img/s
-    times N (its own method)."""
-    output = jobs.run_job(horovod_command(script, ranks, plan, python), env=THREAD_ENV,
-                            what=f"Horovod's synthetic benchmark on {ranks} ranks")
+    times N (its own method). ``command``: what starts it instead of ``horovod_command`` (bench
+    network's across namespace hosts), with ``env``."""
+    output = jobs.run_job(command or horovod_command(script, ranks, plan, python),
+                          env={**(env or {}), **THREAD_ENV},
+                          what=f"Horovod's synthetic benchmark on {ranks} ranks")
     per_rank = horovod_rates(output)
     if not per_rank:
         raise jobs.BenchError(f"no 'Iter #' lines in the output of {script}:\n"

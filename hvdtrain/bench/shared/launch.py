@@ -51,9 +51,7 @@ def pin_to_own_core() -> int | None:
     available = os.sched_getaffinity(0)
     if len(available) < placement.cores_available()[1]:
         return None
-    local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get(
-        "OMPI_COMM_WORLD_LOCAL_RANK", "0")))
-    core = sorted(available)[local_rank % len(available)]
+    core = sorted(available)[placement.launcher_local_rank() % len(available)]
     os.sched_setaffinity(0, {core})
     return core
 

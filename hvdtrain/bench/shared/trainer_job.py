@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from hvdtrain.launch import launchers
 from hvdtrain.bench.shared import jobs, launch, stats, steps
@@ -23,6 +23,8 @@ from hvdtrain.bench.shared.plans import Plan, job_options
 from hvdtrain.bench.shared.workloads import Workload
 
 MODULE = "hvdtrain.bench.shared.trainer_job"
+# A rank's command line -> the command that starts the job's ranks (netns_launch.across_hosts).
+LaunchWith = Callable[[Sequence[str]], list[str]]
 
 
 def rank_main(options: dict[str, Any]) -> None:
@@ -58,13 +60,19 @@ def rank_main(options: dict[str, Any]) -> None:
 
 
 def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
-            python: str = sys.executable, core: int | None = None) -> dict[str, Any]:
+            python: str = sys.executable, core: int | None = None, *,
+            settings: Sequence[str] = (), launch_with: LaunchWith | None = None,
+            env: Mapping[str, str] | None = None, what: str | None = None) -> dict[str, Any]:
     """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals.
     ``python``: the interpreter (and so the stack) the ranks run on; ``core``: a 1-rank job's
-    core (``launch.launch_command``)."""
+    core (``launch.launch_command``); ``settings``: config settings over the workload's (say
+    horovod.bucket_mb=2); ``launch_with``: what starts the ranks instead of the plan's
+    launcher on this host (bench network's across namespace hosts), with ``env``; ``what``:
+    the job's name in a failure's message."""
     options = job_options(workload, ranks, plan, work_dir)
-    raw = run(options, ranks, python, what=f"scaling {workload.name} on {ranks} ranks",
-              core=core)
+    options["assignments"] += list(settings)
+    raw = run(options, ranks, python, what=what or f"scaling {workload.name} on {ranks} ranks",
+              core=core, launch_with=launch_with, env=env)
     rates = steps.repeat_rates(raw["ranks"])
     per_rank = [r["samples"][i] / r["seconds"][i] for r in raw["ranks"]
                 for i in range(len(r["seconds"]))]
@@ -82,11 +90,14 @@ def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
 
 
 def run(options: dict[str, Any], ranks: int, python: str, *, what: str,
-        env: Mapping[str, str] | None = None, core: int | None = None) -> dict[str, Any]:
+        env: Mapping[str, str] | None = None, core: int | None = None,
+        launch_with: LaunchWith | None = None) -> dict[str, Any]:
     """Launches the job ``options`` describes (``job_options``) on ``ranks`` ranks under its
-    launcher (a 1-rank job on ``core``, if given), run by ``python``: what its rank 0 wrote."""
-    command = launch.launch_command(options["launcher"], ranks,
-                                    launch.rank_argv(MODULE, options, python), core)
+    launcher (a 1-rank job on ``core``, if given; ``launch_with``'s command instead, if
+    given), run by ``python``: what its rank 0 wrote."""
+    argv = launch.rank_argv(MODULE, options, python)
+    command = (launch_with(argv) if launch_with else
+               launch.launch_command(options["launcher"], ranks, argv, core))
     output = jobs.run_job(command, what=what, env=env)
     return jobs.read_json_output(Path(options["out"]), what, output)
 

@@ -1,5 +1,6 @@
 """A throw-away cluster of "hosts" on this machine: network namespaces joined by a bridge, each
-with its own address, host name and SSH server, for real multi-host launches in tests.
+with its own address, host name and SSH server, for real multi-host launches: the multi-host
+tests' (tests/cluster/) and ``hvdtrain bench network``'s, which is why it ships in the wheel.
 
     with NetnsCluster(hosts=2, workdir=tmp_path) as cluster:
         cluster.run(["horovodrun", "-H", "host1:1,host2:1", ...], env=cluster.env(os.environ))
@@ -26,7 +27,9 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
+
+from hvdtrain.testing import link_shaping
 
 SUBNET = "10.213.47"          # a /24 private range for the namespaces' own addresses
 INTERFACE = "hvd0"            # the name of each host's link, the same in every namespace
@@ -74,14 +77,29 @@ def remove_stale() -> None:
             _delete_namespace(ns)
 
 
+def leftovers(tag: str) -> list[str]:
+    """What the cluster tagged ``tag`` (its maker's process id) left on this machine: its
+    namespaces, and veth links still in this namespace (made, not yet moved into a host)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return (re.findall(rf"^(hvdt{tag}(?:h\d+|sw))\b", listed, flags=re.M)
+            + re.findall(rf"^\d+: (hv{tag}[ab]\d+)[@:]", links, flags=re.M))
+
+
 def _sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, text=True)
 
 
 class NetnsCluster:
-    def __init__(self, hosts: int, workdir: Path, *, ssh: bool = True):
-        assert 2 <= hosts <= 9
+    def __init__(self, hosts: int, workdir: Path, *, ssh: bool = True,
+                 mbit_per_s: float | None = None, cores: Sequence[Sequence[int]] | None = None):
+        """``mbit_per_s``: each host's link limited to that rate (``shape``; None: as fast as
+        the machine moves it). ``cores``: per host, the cores its processes may run on (each
+        host a share of the machine's, as separate machines would not compete; None: all)."""
+        assert 2 <= hosts <= 9 and (cores is None or len(cores) == hosts)
         self.ssh = ssh    # an SSH server on every host (what horovodrun and mpirun -H need)
+        self.mbit_per_s = mbit_per_s
+        self.cores = [list(c) for c in cores] if cores is not None else None
         tag = str(os.getpid())   # in every name, so that remove_stale knows whose they are
         self.hosts = hosts
         self.workdir = Path(workdir)
@@ -90,7 +108,8 @@ class NetnsCluster:
         self.addresses = [f"{SUBNET}.{10 + i}" for i in range(1, hosts + 1)]
         self.names = [f"host{i}" for i in range(1, hosts + 1)]
         self.interface = INTERFACE
-        self._tag = tag
+        self.tag = tag
+        self.links = [f"hv{tag}a{i}" for i in range(1, hosts + 1)]   # as first made, in the root
         self.ssh_dir = self.workdir / "ssh"
         self.bin_dir = self.workdir / "bin"   # holds the `ssh` that launchers will find first
         self.hosts_file = self.workdir / "hosts"
@@ -99,6 +118,7 @@ class NetnsCluster:
     def __enter__(self) -> "NetnsCluster":
         try:
             self._make_network()
+            self.shape(self.mbit_per_s)
             self.hosts_file.write_text("127.0.0.1 localhost\n" + "".join(
                 f"{address} {name}\n" for address, name in zip(self.addresses, self.names)))
             if self.ssh:
@@ -119,7 +139,7 @@ class NetnsCluster:
             _sh("ip", "netns", "add", ns)
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
             # The veth pair is born in this namespace for an instant; both ends move at once.
-            host_end, switch_end = f"hv{self._tag}a{i}", f"hv{self._tag}b{i}"
+            host_end, switch_end = self.links[i - 1], f"hv{self.tag}b{i}"
             _sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", switch_end)
             _sh("ip", "link", "set", host_end, "netns", ns)
             _sh("ip", "link", "set", switch_end, "netns", self.switch)
@@ -129,10 +149,19 @@ class NetnsCluster:
             _sh("ip", "-n", self.switch, "link", "set", switch_end, "master", "br0")
             _sh("ip", "-n", self.switch, "link", "set", switch_end, "up")
 
-    def _inside(self, host: int) -> list[str]:
-        """The command prefix that runs a program on host ``host``: its network namespace, a
-        UTS namespace of its own named hostN, and the cluster's hosts file on /etc/hosts."""
-        return ["ip", "netns", "exec", self.namespaces[host], "unshare", "--uts", "--mount",
+    def shape(self, mbit_per_s: float | None) -> None:
+        """Every host's link limited to ``mbit_per_s`` from now on (None: the limit lifted)."""
+        for ns in self.namespaces:
+            link_shaping.shape(ns, self.interface, mbit_per_s)
+        self.mbit_per_s = mbit_per_s
+
+    def inside(self, host: int) -> list[str]:
+        """The command prefix that runs a program on host ``host``: on its cores, in its
+        network namespace, a UTS namespace of its own named hostN, and the cluster's hosts file
+        on /etc/hosts."""
+        cores = (["taskset", "-c", ",".join(map(str, self.cores[host]))]
+                 if self.cores is not None else [])
+        return [*cores, "ip", "netns", "exec", self.namespaces[host], "unshare", "--uts", "--mount",
                 "sh", "-c", 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"',
                 self.names[host], str(self.hosts_file)]
 
@@ -171,7 +200,7 @@ class NetnsCluster:
                 UsePAM no
                 AcceptEnv *
                 """))
-            _sh(*self._inside(host), SSHD, "-f", str(config), "-E",
+            _sh(*self.inside(host), SSHD, "-f", str(config), "-E",
                 str(self.ssh_dir / f"sshd_{ns}.log"))
         # Ready when every host answers over SSH from the first host.
         deadline = time.monotonic() + 20
@@ -237,7 +266,7 @@ class NetnsCluster:
             ) -> subprocess.CompletedProcess:
         """Runs ``argv`` on host ``host`` (by default the first: where launchers start), in a
         session of its own: at ``timeout`` the command and everything it started are killed."""
-        with subprocess.Popen([*self._inside(host), *argv], env=env, cwd=cwd,
+        with subprocess.Popen([*self.inside(host), *argv], env=env, cwd=cwd,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               stdin=subprocess.DEVNULL, start_new_session=True) as running:
             try:
@@ -251,6 +280,8 @@ class NetnsCluster:
         return proc
 
     def close(self) -> None:
-        """Kills whatever runs in the namespaces and deletes them."""
+        """Kills whatever runs in the namespaces and deletes them, and their links."""
         for ns in [*self.namespaces, self.switch]:
             _delete_namespace(ns)
+        for link in leftovers(self.tag):   # a veth pair made, then interrupted before moving
+            subprocess.run(["ip", "link", "del", link], capture_output=True)

@@ -1,18 +1,14 @@
-"""What the subcommands that run on every rank (train, eval, predict) share: errors every rank
-meets alike, the run directory's saved config, Horovod's start, and the exit when a peer is
-lost."""
+"""What every rank's job shares, in the commands that run on every rank (train, eval,
+predict) and the benchmark that trains on the user's cluster: errors every rank meets alike,
+Horovod's start, and the exit when a peer is lost."""
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn
 
 from hvdtrain import config as config_lib
-from hvdtrain.config import overrides
 from hvdtrain.errors import UserError
 
 if TYPE_CHECKING:
@@ -29,23 +25,6 @@ def same_on_every_rank() -> Iterator[None]:
         yield
     except UserError as e:
         raise UserError(str(e), shared=True) from None
-
-
-def saved_config(args: argparse.Namespace) -> config_lib.Config:
-    """eval and predict: the config.json of ``args.run_dir``, with eval's --set on top."""
-    saved = Path(args.run_dir) / "config.json"
-    if not Path(args.run_dir).is_dir():
-        raise UserError(f"run dir {args.run_dir} does not exist: pass the --run-dir of a "
-                        f"training run")
-    try:
-        values = json.loads(saved.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{saved} not found: is {args.run_dir} a run directory?") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {saved}: {e}") from None
-    base = overrides.from_dict(values)
-    return overrides.with_overrides(
-        base, overrides.parse_assignments(getattr(args, "assignments", [])))
 
 
 def start(cfg: config_lib.Config, *, options: config_lib.HorovodConfig | None,

@@ -1,0 +1,102 @@
+"""bench network's arithmetic and tables (pure): each link speed's figures over the interleaved
+rounds, each system's efficiency against the same job on one host, and hvdtrain against
+Horovod's script.
+
+A round holds, per system, its samples/s on one host and at each link speed, and each link's
+measured throughput::
+
+    {"load_average": 1.2, "one_host": {"hvdtrain": 30.1, ...},
+     "links": {"1": {"link": {"achieved_gbit_per_s": 0.96, ...}, "systems": {"hvdtrain": 28.4}}}}
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from hvdtrain.bench.shared import report, stats
+
+
+def speed_key(gbit_per_s: float) -> str:
+    """A link speed's key in a round's ``links``: '0.1', '1', '10'."""
+    return f"{gbit_per_s:g}"
+
+
+def link_figures(rounds: Sequence[Mapping[str, Any]], gbit_per_s: float,
+                 systems: Sequence[str]) -> dict[str, Any]:
+    """One link speed over the rounds: the link's achieved throughput, each system's samples/s
+    and its efficiency (per round: its rate on the link over its rate on one host in the same
+    round), and hvdtrain over Horovod's script (per round), each a median with its spread."""
+    key = speed_key(gbit_per_s)
+    on_link = [r["links"][key] for r in rounds]
+    figures: dict[str, Any] = {
+        "gbit_per_s": gbit_per_s,
+        "achieved_gbit_per_s": stats.summarize([x["link"]["achieved_gbit_per_s"]
+                                                for x in on_link]),
+        "systems": {}}
+    for name in systems:
+        rates = [x["systems"][name] for x in on_link]
+        alone = [r["one_host"][name] for r in rounds]
+        figures["systems"][name] = {
+            "samples_per_sec": stats.summarize(rates),
+            "efficiency": stats.ratio_summary([a / b for a, b in zip(rates, alone)])}
+    figures["hvdtrain_over_horovod"] = (
+        stats.ratio_summary([x["systems"]["hvdtrain"] / x["systems"]["horovod"]
+                             for x in on_link])
+        if {"hvdtrain", "horovod"} <= set(systems) else None)
+    return figures
+
+
+def figures(rounds: Sequence[Mapping[str, Any]], speeds: Sequence[float],
+            systems: Sequence[str]) -> dict[str, Any]:
+    """Every link speed's ``link_figures``, and each system's samples/s on one host."""
+    return {"one_host": {name: {"samples_per_sec": stats.summarize(
+                [r["one_host"][name] for r in rounds])} for name in systems},
+            "links": [link_figures(rounds, speed, systems) for speed in speeds]}
+
+
+def _rate_cell(system: Mapping[str, Any]) -> str:
+    rate = system["samples_per_sec"]
+    text = f"{rate['median']:,.1f} (spread {rate['spread']:.1%})"
+    if "efficiency" in system:
+        text += f"; eff. {stats.ratio_cell(system['efficiency'])}"
+    return text
+
+
+def table(result: Mapping[str, Any]) -> str:
+    """One row per link (and the one-host row first): the link's setting and measured
+    throughput, each system's samples/s and efficiency, hvdtrain / Horovod."""
+    names = list(result["systems"])
+    headers = ["link", "achieved Gbit/s", *names, "hvdtrain / Horovod"]
+    rows = [["one host (shared memory)", "",
+             *(_rate_cell(result["one_host"][n]) for n in names), ""]]
+    for link in result["links"]:
+        achieved = link["achieved_gbit_per_s"]
+        ratio = link["hvdtrain_over_horovod"]
+        rows.append([f"{link['gbit_per_s']:g} Gbit/s",
+                     f"{achieved['median']:.3g} (spread {achieved['spread']:.1%})",
+                     *(_rate_cell(link["systems"][n]) for n in names),
+                     stats.ratio_cell(ratio) if ratio else ""])
+    return report.markdown_table(headers, rows)
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """bench network's NAME.md: what ran, the table, the systems."""
+    plan, workload = result["plan"], result["workload"]
+    loads = ", ".join(f"{x:.2f}" for x in result["load_average_before_each_round"])
+    lines = [
+        f"{workload['name']} ({'x'.join(map(str, workload['image_shape']))}, batch "
+        f"{workload['batch_size_per_rank']} per rank), 2 ranks: one per namespace host, each "
+        f"host one core, the hosts' link shaped by tc tbf; on one host, the same job over "
+        f"shared memory. {plan['rounds']} interleaved round(s) of {plan['repeats']} timed "
+        f"repeats of {plan['steps_per_repeat']} steps after {plan['warmup_epochs']} warmup "
+        f"epoch(s); samples/s: median (spread) over rounds; efficiency: per round, the rate "
+        f"on the link over the same system's on one host in that round; achieved: one TCP "
+        f"stream host1 to host2 for {result['probe_seconds']:g} s before each link's runs. "
+        f"Load before each round: {loads}.", "", table(result), ""]
+    lines += [f"- `{name}`: {what}" for name, what in result["systems"].items()]
+    lines += [f"- not run: {note}" for note in result.get("skipped", [])]
+    return "\n".join(lines)
+
+
+def progress_line(what: str, rate: float) -> str:
+    """A run's progress line."""
+    return f"  {what}: {rate:,.1f} samples/s"

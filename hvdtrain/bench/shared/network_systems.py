@@ -1,0 +1,127 @@
+"""What bench network runs on each link: its systems (hvdtrain's ways to reduce, its launchers,
+Horovod's own script) and its workloads, and one measured run of a system, on two namespace
+hosts or on this one.
+
+Every run is 2 ranks with one core each: on the cluster one rank per host (each host its own
+core), on one host ``mpirun --bind-to core`` (or horovodrun, the ranks pinning themselves), the
+same job with shared memory instead of the link.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from hvdtrain.errors import UserError
+from hvdtrain.launch.launchers import Launcher
+from hvdtrain.bench.shared import horovod_synthetic, launch, netns_launch, trainer_job
+from hvdtrain.bench.shared.plans import Plan
+from hvdtrain.bench.shared.workloads import WORKLOADS, Workload
+from hvdtrain.testing.netns_cluster import NetnsCluster
+
+RANKS = 2   # one per host
+
+
+@dataclass(frozen=True)
+class System:
+    """One way to train the workload across the link."""
+    name: str
+    what: str                                # its line in the results
+    launcher: Launcher = "mpi"               # mpi or gloo
+    settings: tuple[str, ...] = ()           # hvdtrain config settings over the workload's
+    horovod_script: bool = False             # Horovod's own synthetic benchmark instead
+
+
+def systems(bucket_mb: float) -> dict[str, System]:
+    """Every system, by name, in the order a round runs them."""
+    return {system.name: system for system in (
+        System("hvdtrain", "hvdtrain, one all-reduce after backprop (mpirun)"),
+        System("hvdtrain-overlap", f"hvdtrain, all-reduce in {bucket_mb:g} MB buckets "
+                                   f"overlapping backprop (horovod.bucket_mb)",
+               settings=(f"horovod.bucket_mb={bucket_mb:g}",)),
+        System("hvdtrain-fp16", "hvdtrain, gradients all-reduced as float16 "
+                                "(horovod.compression=fp16)",
+               settings=("horovod.compression=fp16",)),
+        System("hvdtrain-gloo", "hvdtrain under horovodrun --gloo", launcher="gloo"),
+        System("horovod", "Horovod's tensorflow2_synthetic_benchmark.py on the Keras 2 venv "
+                          "(per-tensor all-reduce during backprop; mpirun)",
+               horovod_script=True))}
+
+
+@dataclass(frozen=True)
+class NetworkWorkload:
+    """A workload of bench network: hvdtrain's job, and Horovod's script's model name where
+    the script can train the same (it trains keras.applications at 224x224x3, 1000 classes)."""
+    workload: Workload
+    settings: tuple[str, ...] = ()
+    horovod_model: str | None = None
+
+
+HOROVOD_SHAPE = (224, 224, 3)
+# MobileNetV2's 3.5 M parameters (14 MB of gradients) and ResNet-50's 25.6 M (102 MB), both at
+# Horovod's script's 224x224; the MLP: seconds per job (--quick).
+NETWORK_WORKLOADS = {
+    "mobilenetv2": NetworkWorkload(horovod_synthetic.MODEL, horovod_model="MobileNetV2"),
+    "resnet50": NetworkWorkload(replace(horovod_synthetic.MODEL, name="resnet50-224"),
+                                settings=("model.name=resnet50",), horovod_model="ResNet50"),
+    "mlp": NetworkWorkload(WORKLOADS["mlp"]),
+}
+
+
+def network_workload(name: str, image_size: int | None) -> NetworkWorkload:
+    """The workload ``name`` at ``image_size`` (None: its own); UserError for an unknown name
+    or a size the model does not take."""
+    if name not in NETWORK_WORKLOADS:
+        raise UserError(f"unknown bench network model {name!r}; choose from "
+                        f"{', '.join(NETWORK_WORKLOADS)}")
+    chosen = NETWORK_WORKLOADS[name]
+    if image_size is None:
+        return chosen
+    if image_size < 32 or len(chosen.workload.image_shape) != 3:
+        raise UserError(f"--image-size {image_size}: {name} takes images of 32x32 and larger")
+    shape = (image_size, image_size, chosen.workload.image_shape[2])
+    return replace(chosen, workload=replace(chosen.workload, image_shape=shape))
+
+
+def horovod_unavailable(workload: NetworkWorkload, script: Path | None,
+                        python: str) -> str | None:
+    """Why Horovod's script cannot run beside ``workload`` here, or None."""
+    if workload.horovod_model is None or workload.workload.image_shape != HOROVOD_SHAPE:
+        return (f"Horovod's script trains keras.applications models at 224x224 only, not "
+                f"{workload.workload.name} at {workload.workload.image_shape}")
+    return horovod_synthetic.unavailable(script, python)
+
+
+def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Path, *,
+            cluster: NetnsCluster | None, across: Mapping[str, trainer_job.LaunchWith],
+            horovod: tuple[Path | None, str] | None = None) -> float:
+    """One run of ``system``: total samples/s of its 2 ranks, one per host of ``cluster``
+    (``across``: its launch per launcher), or both on this host (``cluster`` None).
+    ``horovod``: Horovod's script and the interpreter that runs it."""
+    env = netns_launch.environment(cluster) if cluster else None
+    if system.horovod_script:
+        script, python = horovod or (None, sys.executable)
+        assert script is not None and workload.horovod_model is not None   # checked before
+        argv = horovod_synthetic.horovod_argv(script, plan, python, workload.horovod_model,
+                                              workload.workload.batch_size)
+        command = across["mpi"](argv) if cluster else launch.launch_command("mpi", RANKS, argv)
+        return horovod_synthetic.measure_horovod(script, RANKS, plan, python, command=command,
+                                                 env=env)
+    job_plan = replace(plan, launcher=system.launcher)
+    done = trainer_job.measure(workload.workload, RANKS, job_plan, work_dir, sys.executable,
+                               settings=(*workload.settings, *system.settings),
+                               launch_with=across[system.launcher] if cluster else None,
+                               env=env, what=f"network: {system.name} on "
+                                             f"{'two hosts' if cluster else 'one host'}")
+    return done["total_samples_per_sec"]["median"]
+
+
+def chosen_systems(text: str, bucket_mb: float) -> list[System]:
+    """The systems the comma list ``text`` names; UserError for a name that is not one."""
+    table = systems(bucket_mb)
+    names: Sequence[str] = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in table]
+    if unknown or not names:
+        raise UserError(f"--systems {text!r}: choose from {', '.join(table)}")
+    return [table[n] for n in names]

@@ -1,0 +1,88 @@
+"""bench network's parts that need no namespace: its figures (efficiency per round against the
+same round's one-host rate, hvdtrain over Horovod per round), the tc command and bucket that
+shape a link, and its options' mistakes, each stopped with one line and exit status 2 (never a
+traceback), root's absence among them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT
+from hvdtrain.bench.shared import network_figures
+from hvdtrain.testing import link_shaping
+
+pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
+
+ROUNDS = [
+    {"load_average": 1.0, "one_host": {"hvdtrain": 100.0, "horovod": 50.0},
+     "links": {"0.1": {"link": {"achieved_gbit_per_s": 0.095},
+                       "systems": {"hvdtrain": 40.0, "horovod": 20.0}}}},
+    {"load_average": 2.0, "one_host": {"hvdtrain": 80.0, "horovod": 40.0},
+     "links": {"0.1": {"link": {"achieved_gbit_per_s": 0.097},
+                       "systems": {"hvdtrain": 40.0, "horovod": 25.0}}}},
+]
+
+
+def test_efficiency_and_the_ratio_to_horovod_are_per_round():
+    result = network_figures.figures(ROUNDS, [0.1], ["hvdtrain", "horovod"])
+    [link] = result["links"]
+    assert link["gbit_per_s"] == 0.1
+    assert link["achieved_gbit_per_s"]["median"] == pytest.approx(0.096)
+    # Per round against the same round's one-host rate: 0.4 and 0.5, not 40 / 90.
+    assert link["systems"]["hvdtrain"]["efficiency"]["per_round"] == [0.4, 0.5]
+    assert link["systems"]["hvdtrain"]["efficiency"]["median"] == pytest.approx(0.45)
+    assert link["hvdtrain_over_horovod"]["per_round"] == [2.0, 1.6]
+    assert result["one_host"]["horovod"]["samples_per_sec"]["median"] == 45.0
+    # Control: without Horovod's script there is no ratio to give.
+    alone = network_figures.figures(ROUNDS, [0.1], ["hvdtrain"])
+    assert alone["links"][0]["hvdtrain_over_horovod"] is None
+
+
+def test_the_tbf_command_and_its_bucket():
+    command = link_shaping.tbf_command("ns1", "hvd0", 100)
+    assert command[:5] == ["ip", "netns", "exec", "ns1", "tc"]
+    assert command[command.index("rate") + 1] == "100000kbit"
+    # A slow link's bucket still holds a 64 KiB segment; a fast one's, 4 ms at its rate.
+    assert link_shaping.burst_bytes(100) == link_shaping.MIN_BURST_BYTES
+    assert link_shaping.burst_bytes(10_000) == 5_000_000
+    with pytest.raises(ValueError):
+        link_shaping.tbf_command("ns1", "hvd0", 0)
+
+
+def bench_network(*args: str, user: str | None = None) -> subprocess.CompletedProcess:
+    prefix = ["setpriv", "--reuid", user, "--regid", user, "--clear-groups"] if user else []
+    return subprocess.run([*prefix, sys.executable, "-m", "hvdtrain.cli", "bench", "network",
+                           *args], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [str(ROOT), str(ROOT / "tests")])})
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("args, line", [
+    (["--speeds", "0,1"], "hvdtrain: error: --speeds '0,1': expected link speeds in Gbit/s "
+                          "such as 0.1,1,10"),
+    (["--systems", "hvdtrain,ptp"], "hvdtrain: error: --systems 'hvdtrain,ptp': choose from "
+                                    "hvdtrain, hvdtrain-overlap, hvdtrain-fp16, hvdtrain-gloo, "
+                                    "horovod"),
+    (["--model", "vgg"], "hvdtrain: error: unknown bench network model 'vgg'; choose from "
+                         "mobilenetv2, resnet50, mlp"),
+    (["--systems", "horovod", "--quick"], "hvdtrain: error: no system left to run (horovod: "
+     "Horovod's script trains keras.applications models at 224x224 only, not mlp at "
+     "(8, 8, 1))"),
+])
+def test_a_mistake_in_the_options_is_one_line(args, line):
+    done = bench_network("--quick", *args)
+    assert (done.returncode, done.stderr.strip()) == (2, line), done.stderr
+
+
+@pytest.mark.fault
+def test_not_root_is_one_line():
+    if os.geteuid() != 0:
+        pytest.skip("run as root: the check drops to nobody")
+    done = bench_network("--quick", user="65534")   # nobody
+    assert (done.returncode, done.stderr.strip()) == (
+        2, "hvdtrain: error: bench network needs root to make network namespaces (run it "
+           "with sudo)"), done.stderr
