@@ -19,7 +19,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launch/rank_process.py, hvdtrain/launch/launchers.py), not here.
 
-.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick bench-migration horovod-examples compat image clean
+.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick bench-migration horovod-examples compat image fresh-machine clean
 
 install:
 	@$(call SETUP,$(STACK),$(VENV))
@@ -130,6 +130,13 @@ compat:
 # 2 ranks across two containers of it.
 image:
 	scripts/build_image.sh
+
+# The README's quick-start block as a newcomer types it, in a container of a bare Debian 12 made
+# with mmdebstrap, `make test` run as `make test-fast` (tens of minutes, as root; not part of make
+# test): benchmarks/results/fresh-machine-DATE.md and its log in runs/fresh-machine
+# (scripts/fresh_machine.sh).
+fresh-machine:
+	scripts/fresh_machine.sh
 
 clean:
 	rm -rf runs .pytest_cache

@@ -18,33 +18,11 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 
 STEP=image
 # shellcheck source=scripts/common.sh
-source scripts/common.sh  # say, die, as_root
+source scripts/common.sh  # say, die, as_root, podman_ready, base_image, pip_ca
 
-# 1. The tools. Rootful podman: the base is imported and the image built as root.
-missing=()
-for tool in podman buildah crun mmdebstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-if [ ${#missing[@]} -gt 0 ]; then
-    say "installing ${missing[*]} (apt)"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah crun mmdebstrap >/dev/null
-fi
-as_root sh -c 'command -v runc >/dev/null' || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null
-# What runs on these machines (a VM with cgroup v1 and an empty cgroup v2 hierarchy mounted
-# beside it, and root without CAP_SYS_RESOURCE): runc (crun 1.8 refuses that "hybrid" cgroup
-# layout), and resource limits no higher than the host's (podman's defaults, nofile 1048576
-# and nproc 4194304, cannot be set without CAP_SYS_RESOURCE).
-PODMAN=(as_root nice -n 19 podman --runtime runc)
-ULIMITS=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
-
-# 2. The base: Debian 12's minimal system, as Docker Hub's debian:bookworm is built.
-if ! "${PODMAN[@]}" image exists "$BASE_IMAGE"; then
-    say "making $BASE_IMAGE with mmdebstrap from $MIRROR (a minute)"
-    tar=$(mktemp --suffix=.tar)
-    trap 'rm -f "$tar"' EXIT
-    as_root nice -n 19 mmdebstrap --quiet --variant=minbase --format=tar bookworm "$tar" "$MIRROR"
-    "${PODMAN[@]}" import --quiet "$tar" "$BASE_IMAGE" >/dev/null
-    rm -f "$tar"
-fi
+# 1. The tools, and 2. the base: Debian 12's minimal system (scripts/common.sh).
+podman_ready
+base_image "$BASE_IMAGE" "$MIRROR"
 
 # 3. The context: the Containerfile and, under src/, what the wheel is built from (setup.py
 # copies run_scripts, scripts/patches and docs into it) as committed at REV (HEAD): the image
@@ -58,11 +36,10 @@ git archive "$REV" -- hvdtrain run_scripts scripts/patches docs pyproject.toml s
     MANIFEST.in README.md | tar -xf - -C "$context/src"
 
 # pip inside the build reaches PyPI itself; where the host's pip needs a CA bundle of its own
-# (a TLS proxy's, named by PIP_CERT or /etc/pip.conf's cert), the build mounts it for its RUN
-# steps only: it is not copied into the image.
-ca=${PIP_CERT:-$(sed -n 's/^[[:space:]]*cert[[:space:]]*=[[:space:]]*//p' /etc/pip.conf 2>/dev/null | tail -1)}
+# (pip_ca), the build mounts it for its RUN steps only: it is not copied into the image.
+ca=$(pip_ca)
 ca_args=()
-if [ -n "$ca" ] && [ -f "$ca" ]; then
+if [ -n "$ca" ]; then
     ca_args=(--volume "$ca:/run/build-ca.crt:ro" --build-arg BUILD_CA=/run/build-ca.crt)
 fi
 

@@ -24,12 +24,14 @@ STEP=setup
 # shellcheck source=scripts/common.sh
 source scripts/common.sh  # say, die, as_root
 
-# 1. Open MPI: Horovod's MPI controller and mpirun need the compiler wrapper and the launcher.
-if ! command -v mpirun >/dev/null || ! command -v mpicxx >/dev/null; then
+# 1. Open MPI: Horovod's MPI controller and mpirun need the compiler wrapper and the launcher;
+# Horovod's build applies hvdtrain's patches to its source with patch (not in a minimal Debian
+# 12: make fresh-machine).
+if ! command -v mpirun >/dev/null || ! command -v mpicxx >/dev/null || ! command -v patch >/dev/null; then
     say "installing Open MPI and build tools (apt)"
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        libopenmpi-dev openmpi-bin cmake g++ make >/dev/null
+        libopenmpi-dev openmpi-bin cmake g++ make patch >/dev/null
 fi
 # Horovod's Gloo build needs CMake 3.x; CMake 4 refuses Gloo's old cmake_minimum_required.
 command -v cmake >/dev/null || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
@@ -74,6 +76,19 @@ if [ "${1:-}" = "--with-test-tools" ] && missing_slurm; then
     else
         say "no root: the SLURM tests will skip (they need slurmctld, slurmd, slurm-client, munge, root)"
     fi
+fi
+
+# 1d. Debian's Python 3, where the virtualenv is made from it (no PYTHON, or PYTHON=python3): the
+# interpreter, its venv module (ensurepip: python3-venv) and its headers (Python.h: python3-dev,
+# for Horovod's build). A minimal Debian 12 has none of them (make fresh-machine).
+debian_python_ready() {
+    python3 -c 'import ensurepip, os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null
+}
+if [ "${PYTHON:-python3}" = python3 ] && command -v apt-get >/dev/null && ! debian_python_ready; then
+    say "installing python3, python3-venv and python3-dev (apt)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-dev >/dev/null
 fi
 
 # 2. The virtualenv, on a Python the stack runs on ($PYTHONS; hvdtrain reads TOML with tomllib,

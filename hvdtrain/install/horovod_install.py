@@ -133,9 +133,9 @@ def missing_parts(report: str) -> list[str]:
 def tool_problem(which: Callable[[str], str | None] = shutil.which,
                  cmake_version: Callable[[], str] | None = None) -> str | None:
     """What the build lacks on this machine (Open MPI's compiler wrapper, a C++ compiler, CMake
-    3), or None."""
-    apt = "apt-get install libopenmpi-dev openmpi-bin cmake g++ make"
-    for tool in ("mpicxx", "g++", "make", "cmake"):
+    3, patch for hvdtrain's patches to Horovod's source), or None."""
+    apt = "apt-get install libopenmpi-dev openmpi-bin cmake g++ make patch"
+    for tool in ("mpicxx", "g++", "make", "cmake", "patch"):
         if not which(tool):
             return f"{tool} not found: Horovod's build needs it ({apt}, or your cluster's modules)"
     version = (cmake_version or _cmake_version)()

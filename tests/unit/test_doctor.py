@@ -175,6 +175,18 @@ def test_tensorflow_range_is_checked_with_the_install_command():
     assert "TensorFlow is not installed" in horovod_install.tensorflow_problem(None)
 
 
+def test_setup_horovod_names_a_missing_build_tool_with_the_apt_line():
+    # patch among them: every build applies the in-place patch, and a minimal Debian 12 has no
+    # patch (make fresh-machine); without the check, the build stopped on a traceback.
+    cmake3 = lambda: "3.25.1"
+    for tool in ("mpicxx", "g++", "make", "cmake", "patch"):
+        problem = horovod_install.tool_problem(lambda name: None if name == tool else name, cmake3)
+        assert problem == (f"{tool} not found: Horovod's build needs it (apt-get install "
+                           f"libopenmpi-dev openmpi-bin cmake g++ make patch, or your cluster's "
+                           f"modules)"), problem
+    assert horovod_install.tool_problem(lambda name: name, cmake3) is None   # control: all there
+
+
 def test_python_range_is_checked_with_the_range_in_one_line():
     for inside in ((3, 11), (3, 12), (3, 13)):
         assert doctor.check_python(inside).ok, inside

@@ -2,6 +2,7 @@
 anything: keras3 runs on 3.11 to 3.13, keras2 (TensorFlow 2.15) on 3.11 alone."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,27 @@ def test_has_version_does_not_read_a_distribution_from_the_working_folder(tmp_pa
         cwd=tmp_path, capture_output=True, text=True, timeout=60).returncode
     assert probe(function) == 1, "has_version read the working folder's egg-info"
     assert probe(function.replace('"$PY" -P -', '"$PY" -')) == 0   # control: without -P it does
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setup.sh would run apt-get by sudo, past the fake")
+@pytest.mark.parametrize("ready", [False, True], ids=["bare", "control-ready"])
+def test_setup_installs_debians_python_venv_and_headers_where_python3_lacks_them(tmp_path, ready):
+    # A minimal Debian 12 has no python3, and Debian's python3 alone has neither ensurepip
+    # (python3-venv) nor Python.h (python3-dev): make fresh-machine stopped there. A fake
+    # python3 fails (or, the control, passes) setup's check of both, and a fake apt-get records
+    # what setup asks of it; the fake python3 then stops setup at the version check.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(
+        f'#!/bin/sh\ncase "$2" in *ensurepip*) exit {0 if ready else 1} ;; esac\nexit 1\n')
+    (bin_dir / "apt-get").write_text(f'#!/bin/sh\necho "$*" >>{tmp_path}/apt.log\n')
+    for fake in bin_dir.iterdir():
+        fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HVDTRAIN_VENV": str(tmp_path / "venv")}
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], env=env,
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    asked = (tmp_path / "apt.log").read_text() if (tmp_path / "apt.log").exists() else ""
+    said = "[setup] installing python3, python3-venv and python3-dev (apt)"
+    assert (said in result.stdout) is not ready, result.stdout
+    assert ("install -y -qq python3 python3-venv python3-dev" in asked) is not ready, asked
+    assert "python3 is not found" in result.stderr   # the fake stops it there, either way
