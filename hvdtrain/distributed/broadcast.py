@@ -72,6 +72,8 @@ def broadcast_before_first_update(iterations: Any, variables: Sequence[Any]) -> 
     A script that never broadcast (a train_on_batch loop, a loop of its own) would otherwise
     average the gradients into different models, one per rank, silently; where the state was
     broadcast before the first step (fit_callbacks), the values are already equal."""
+    if hvd.size() == 1:  # Horovod: alone, nothing to take; no broadcast in a 1-rank step
+        return
     targets = tf_variables(variables)
 
     def broadcast() -> tf.Tensor:

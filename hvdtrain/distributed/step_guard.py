@@ -35,19 +35,25 @@ class GuardedSteps:
 
     def __init__(self, train_function: Any, model: Any, unknown_length: bool):
         self.train_function, self.model, self.calls = train_function, model, 0
-        self.unknown_length, self.first_step = unknown_length, 0
+        self.first_step = 0
+        self.watch(unknown_length)
+
+    def watch(self, unknown_length: bool) -> None:
+        """A fit begins: its count starts again; whether calls run several steps is read once
+        (a step count is then compared, not calls)."""
+        self.calls, self.unknown_length = 0, unknown_length
+        self.several = unknown_length and steps_per_call(self.model) > 1
 
     def __call__(self, iterator: Any) -> Any:
-        several = self.unknown_length and steps_per_call(self.model) > 1
-        if self.calls == 0 and several:
+        if self.calls == 0 and self.several:
             self.first_step = applied_steps(self.model)
         try:
             logs = self.train_function(iterator)
         except (StopIteration, tf.errors.OutOfRangeError):
             calls, self.calls = self.calls, 0
             if self.unknown_length:
-                ran_out_together(applied_steps(self.model) - self.first_step if several
-                                 else calls)
+                ran_out_together(applied_steps(self.model) - self.first_step
+                                 if self.several else calls)
             raise
         except tf.errors.OpError as error:
             problem = layout_problem(self.model) if "Mismatched" in str(error) else None
@@ -63,7 +69,7 @@ def guard_steps(model: Any, unknown_length: bool) -> None:
     started again; a dataset of known length was checked before (``same_steps``)."""
     current = getattr(model, "train_function", None)
     if isinstance(current, GuardedSteps):
-        current.calls, current.unknown_length = 0, unknown_length
+        current.watch(unknown_length)
     elif current is not None:
         model.train_function = GuardedSteps(current, model, unknown_length)
 
