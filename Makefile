@@ -19,7 +19,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # TensorFlow's log level and Open MPI's run-as-root permission are set by hvdtrain itself
 # (hvdtrain/launch/rank_process.py, hvdtrain/launch/launchers.py), not here.
 
-.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick bench-migration horovod-examples compat image fresh-machine clean
+.PHONY: install demo lint test test-core test-fast unit guarantees bench bench-check bench-quick bench-migration bench-network horovod-examples compat image fresh-machine clean
 
 install:
 	@$(call SETUP,$(STACK),$(VENV))
@@ -103,6 +103,20 @@ bench-migration: bench-check
 	@$(call SETUP,keras2,.venv-keras2)
 	.venv/bin/hvdtrain bench migration --out benchmarks/results \
 		--horovod-synthetic $(HOROVOD_SYNTHETIC) --horovod-venv .venv-keras2 $(BENCH_ARGS)
+
+# Scaling where the network is the bottleneck (issue 53): 2 ranks on 2 network-namespace hosts
+# whose link tc shapes to each of NETWORK_SPEEDS Gbit/s, hvdtrain's ways to reduce and Horovod's
+# script (HOROVOD_SYNTHETIC) against one host, with the cost model's prediction of each step
+# beside it: benchmarks/results/network.md. As root, on an idle machine only (about 80 minutes
+# on 2 cores for MobileNetV2 at 224x224: over make bench's half hour, so a target of its own).
+NETWORK_SPEEDS ?= 0.03,0.1,1
+NETWORK_SYSTEMS ?= hvdtrain,hvdtrain-overlap,horovod
+bench-network: bench-check
+	@$(call SETUP,keras3,.venv)
+	@$(call SETUP,keras2,.venv-keras2)
+	.venv/bin/hvdtrain bench network --out benchmarks/results --speeds $(NETWORK_SPEEDS) \
+		--systems $(NETWORK_SYSTEMS) --horovod-synthetic $(HOROVOD_SYNTHETIC) \
+		--horovod-venv .venv-keras2 $(BENCH_ARGS)
 
 # Horovod's own TensorFlow 2 examples and test/parallel/test_tensorflow2_keras.py (tag v0.28.1 of
 # HOROVOD_REPO=path, a work tree or git directory of github.com/horovod/horovod) at $(NP) ranks on

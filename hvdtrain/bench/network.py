@@ -36,7 +36,8 @@ from typing import Any, Iterator, Sequence
 from hvdtrain.errors import UserError
 from hvdtrain.bench import registry
 from hvdtrain.bench.shared import (arguments, host, jobs, link_probe, netns_launch,
-                                   network_figures, network_systems, report)
+                                   network_figures, network_projection,
+                                   network_systems, plots, report)
 from hvdtrain.bench.shared.network_systems import NetworkWorkload, System
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.testing import netns_cluster
@@ -148,29 +149,63 @@ def one_round(i: int, how: Choices, cluster: NetnsCluster, work_dir: Path) -> di
 
 
 def run(out_dir: Path, how: Choices) -> dict[str, Any]:
-    """Every round (``one_round``), then the figures into network.json and .md."""
+    """Every round (``one_round``), then the figures into network.json, .md and .png."""
     machine = host.machine()   # before the work: its load is the machine's own
+    gradient_bytes = network_systems.gradient_bytes(how.workload)
     rounds = []
     with ended_by_sigterm(), tempfile.TemporaryDirectory(prefix="hvdtrain-network-") as tmp:
         with two_hosts(Path(tmp) / "hosts") as cluster:
             for i in range(how.rounds):
                 rounds.append(one_round(i, how, cluster, Path(tmp)))
-    workload = how.workload.workload
-    result = {"benchmark": "network", "machine": machine,
-              "workload": {"name": workload.name, "image_shape": list(workload.image_shape),
-                           "batch_size_per_rank": workload.batch_size,
-                           "settings": list(how.workload.settings)},
-              "plan": {"rounds": how.rounds, "repeats": how.plan.repeats,
-                       "steps_per_repeat": how.plan.steps_per_repeat,
-                       "warmup_epochs": how.plan.warmup_epochs},
-              "probe_seconds": how.probe_seconds, "host_cores": HOST_CORES,
-              "systems": {s.name: s.what for s in how.systems},
-              "skipped": list(how.skipped),
-              "load_average_before_each_round": [r["load_average"] for r in rounds],
-              **network_figures.figures(rounds, how.speeds, [s.name for s in how.systems]),
-              "rounds": rounds}
-    report.write_outputs(out_dir, "network", result, network_figures.markdown(result))
+    result = result_of(how, machine, rounds, gradient_bytes)
+    report.write_outputs(out_dir, "network", result, markdown(result))
+    plot(out_dir, result)
     return result
+
+
+def result_of(how: Choices, machine: dict[str, Any], rounds: list[dict[str, Any]],
+              gradient_bytes: int) -> dict[str, Any]:
+    """network.json: what ran, each link's figures with the cost model's check beside them,
+    and every round's rates."""
+    workload = how.workload.workload
+    figures = network_figures.figures(rounds, how.speeds, [s.name for s in how.systems])
+    for link in figures["links"]:
+        link.update(network_projection.projection(rounds, link["gbit_per_s"], how.systems,
+                                                  workload.batch_size, gradient_bytes))
+    return {"benchmark": "network", "machine": machine,
+           "workload": {"name": workload.name, "image_shape": list(workload.image_shape),
+                        "batch_size_per_rank": workload.batch_size,
+                        "gradient_bytes": gradient_bytes,
+                        "settings": list(how.workload.settings)},
+           "plan": {"rounds": how.rounds, "repeats": how.plan.repeats,
+                    "steps_per_repeat": how.plan.steps_per_repeat,
+                    "warmup_epochs": how.plan.warmup_epochs},
+           "probe_seconds": how.probe_seconds, "host_cores": HOST_CORES,
+           "systems": {s.name: s.what for s in how.systems},
+           "skipped": list(how.skipped),
+           "load_average_before_each_round": [r["load_average"] for r in rounds],
+           **figures, "rounds": rounds}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """network.md: the figures, then the cost model's predictions beside the measured steps."""
+    return "\n".join([
+        network_figures.markdown(result), "",
+        "The cost model (bench project's) against each link: from the same round's one-host "
+        "step and the link's measured rate, the step each system should take "
+        f"({result['workload']['gradient_bytes'] / 1e6:,.1f} MB of float32 gradients; "
+        "network_projection.py says how):", "", network_projection.table(result)])
+
+
+def plot(out_dir: Path, result: dict[str, Any]) -> None:
+    """network.png: each system's efficiency against the link's speed."""
+    links = result["links"]
+    speeds = [link["gbit_per_s"] for link in links]
+    series = {name: (speeds, [link["systems"][name]["efficiency"]["median"] for link in links])
+              for name in result["systems"]}
+    plots.plot_lines(out_dir / "network.png", series, logx=True,
+                     title=f"2 ranks on 2 hosts: {result['workload']['name']}",
+                     xlabel="link (Gbit/s, tc tbf)", ylabel="efficiency against one host")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

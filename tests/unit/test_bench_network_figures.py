@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT
 from hvdtrain import cli
 from hvdtrain.bench import network
-from hvdtrain.bench.shared import network_figures
+from hvdtrain.bench.shared import network_figures, network_projection, network_systems
 from hvdtrain.errors import UserError
 from hvdtrain.testing import link_shaping
 
@@ -42,6 +42,28 @@ def test_efficiency_and_the_ratio_to_horovod_are_per_round():
     # Control: without Horovod's script there is no ratio to give.
     alone = network_figures.figures(ROUNDS, [0.1], ["hvdtrain"])
     assert alone["links"][0]["hvdtrain_over_horovod"] is None
+
+
+def test_the_cost_model_predicts_each_step_from_the_rounds_one_host_step_and_the_link():
+    table = network_systems.systems(2.0)
+    chosen = [table["hvdtrain"], table["horovod"]]
+    # 1 MB of gradients at a measured 0.095 Gbit/s: the 2-rank ring moves 1 MB per rank.
+    transfer = 1e6 * 8 / 0.095e9
+    out = network_projection.projection(ROUNDS[:1], 0.1, chosen, 16, 1e6)
+    after = out["projection"]["hvdtrain"]
+    # After backprop the transfer adds to the one-host step (32 samples at 100/s)...
+    assert after["predicted_step_s"]["median"] == pytest.approx(0.32 + transfer)
+    assert after["measured_step_s"]["median"] == pytest.approx(32 / 40)
+    assert out["projection_error"]["median"] == pytest.approx((0.32 + transfer) / 0.8 - 1)
+    # ...while overlapping backprop (Horovod's script) hides it behind 2/3 of its 0.64 s step
+    # (control: the same link, the transfer no longer added).
+    during = out["projection"]["horovod"]
+    assert during["predicted_step_s"]["median"] == pytest.approx(0.64)
+    assert during["transfer_s"]["median"] == pytest.approx(transfer)
+    # fp16 compression sends half the bytes; no overlap system ran, so no overlap figure.
+    half = network_projection.predicted_step(table["hvdtrain-fp16"], 0.32, 1e6, 0.095)
+    assert half["bandwidth_s"] == pytest.approx(transfer / 2)
+    assert out["overlap_over_ideal"] is None
 
 
 def test_the_tbf_command_and_its_bucket():

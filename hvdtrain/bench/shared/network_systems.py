@@ -31,6 +31,10 @@ class System:
     launcher: Launcher = "mpi"               # mpi or gloo
     settings: tuple[str, ...] = ()           # hvdtrain config settings over the workload's
     horovod_script: bool = False             # Horovod's own synthetic benchmark instead
+    # How the cost model sees it (network_projection.py): the share of the float32 gradients'
+    # bytes it sends, and whether it reduces while backprop runs.
+    gradient_share: float = 1.0
+    overlaps_backprop: bool = False
 
 
 def systems(bucket_mb: float) -> dict[str, System]:
@@ -39,14 +43,14 @@ def systems(bucket_mb: float) -> dict[str, System]:
         System("hvdtrain", "hvdtrain, one all-reduce after backprop (mpirun)"),
         System("hvdtrain-overlap", f"hvdtrain, all-reduce in {bucket_mb:g} MB buckets "
                                    f"overlapping backprop (horovod.bucket_mb)",
-               settings=(f"horovod.bucket_mb={bucket_mb:g}",)),
+               settings=(f"horovod.bucket_mb={bucket_mb:g}",), overlaps_backprop=True),
         System("hvdtrain-fp16", "hvdtrain, gradients all-reduced as float16 "
                                 "(horovod.compression=fp16)",
-               settings=("horovod.compression=fp16",)),
+               settings=("horovod.compression=fp16",), gradient_share=0.5),
         System("hvdtrain-gloo", "hvdtrain under horovodrun --gloo", launcher="gloo"),
         System("horovod", "Horovod's tensorflow2_synthetic_benchmark.py on the Keras 2 venv "
                           "(per-tensor all-reduce during backprop; mpirun)",
-               horovod_script=True))}
+               horovod_script=True, overlaps_backprop=True))}
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,17 @@ def network_workload(name: str, image_size: int | None) -> NetworkWorkload:
         raise UserError(f"--image-size {image_size}: {name} takes images of 32x32 and larger")
     shape = (image_size, image_size, chosen.workload.image_shape[2])
     return replace(chosen, workload=replace(chosen.workload, image_shape=shape))
+
+
+def gradient_bytes(workload: NetworkWorkload) -> int:
+    """The bytes of one step's float32 gradients: 4 per trainable parameter of the workload's
+    model, built here (TensorFlow loads in this process)."""
+    from hvdtrain.config import presets
+    from hvdtrain.models import registry
+    chosen = workload.workload
+    cfg = presets.build_config(chosen.preset, assignments=workload.settings)
+    model = registry.build(cfg.model, chosen.image_shape, chosen.num_classes)
+    return 4 * sum(int(v.shape.num_elements()) for v in model.trainable_variables)
 
 
 def horovod_unavailable(workload: NetworkWorkload, script: Path | None,
