@@ -99,6 +99,9 @@ def variable_sizes(model) -> list[int]:
     return [int(np.prod(v.shape)) for v in model.trainable_variables]
 
 
+# The compression is the reducer's, the same on both stacks; the guarantees table runs fp16
+# compression on each (case fp16_compression).
+@pytest.mark.one_stack
 def test_fp16_compression_halves_the_bytes_and_stays_close(tmp_path):
     # horovodrun --gloo; the timeline (rank 0's Chrome trace) shows what crossed the wire. The
     # custom loop without and with compression, and fit with it (Horovod's optimizer there).
@@ -130,6 +133,9 @@ def test_fp16_compression_halves_the_bytes_and_stays_close(tmp_path):
               f"largest weight difference {worst:.2e}")
 
 
+# The accumulation is the binding's tape and the reducer's, both shared; the guarantees table
+# runs backward_passes_per_step on each stack.
+@pytest.mark.one_stack
 def test_k_backward_passes_of_batch_b_equal_one_step_of_batch_kb(tmp_path):
     # Plain SGD, fixed lr, no shuffling. 2 ranks (mpirun) x k=2 passes x batch 8 accumulate the
     # same 32 samples per update as one process (fit) with batch 32: the same updates.
@@ -294,6 +300,9 @@ MIXED_DIGITS = ["--preset", "digits-mlp", "--set", "train.precision=mixed_float1
                 "10", "--set", "optim.decay=cosine", "--set", "horovod.cycle_time_ms=2"]
 
 
+# The CLI and the timeline are the same on both stacks; each stack's loss scaling is held by
+# test_mixed_precision.py (core) and the guarantees table's mixed_float16 cases.
+@pytest.mark.one_stack
 def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     # mpirun, the CLI end to end: --loop custom, --timeline, a cycle time from the config, and
     # float16 compute whose loss scale sees the gradients after the all-reduce. The MLP: float16
@@ -360,6 +369,9 @@ EMBEDDING_SGD = ["model.name=embedding", *PLAIN_SGD, "optim.lr=0.5", "train.epoc
                  "run.tensorboard=false", "run.export=false"]
 
 
+# sparse_as_dense is the reducer's, the same on both stacks; the guarantees table runs sparse
+# gradients (the Embedding cases) on each.
+@pytest.mark.one_stack
 def test_sparse_as_dense_reduces_embedding_gradients_densely_to_the_same_result(tmp_path):
     # horovodrun --gloo, the embedding model (sparse gradients) on digits, plain SGD: the custom
     # loop without and with the option, and fit with it (Horovod's optimizer there). Sparse:
