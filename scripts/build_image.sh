@@ -4,7 +4,7 @@
 #   1. podman, buildah, crun and mmdebstrap from Debian (apt, as root);
 #   2. the base image localhost/debian:bookworm, made with mmdebstrap from Debian's mirror and
 #      imported, standing in for Docker Hub's debian:bookworm where no registry is reachable;
-#   3. the build context: the Containerfile and the sources the hvdtrain wheel is built from;
+#   3. the build context: the committed sources the Containerfile copies;
 #   4. podman build (niced: the build compiles Horovod), then the image's size and build time.
 # IMAGE (hvdtrain:latest), BASE_IMAGE (localhost/debian:bookworm), MIRROR (Debian's), REV (the
 # commit hvdtrain is built from, HEAD) override; BUILD_FLAGS adds podman build options
@@ -24,16 +24,15 @@ source scripts/common.sh  # say, die, as_root, podman_ready, base_image, pip_ca
 podman_ready
 base_image "$BASE_IMAGE" "$MIRROR"
 
-# 3. The context: the Containerfile and, under src/, what the wheel is built from (setup.py
-# copies run_scripts, scripts/patches and docs into it) as committed at REV (HEAD): the image
-# holds a commit, named in its revision label, not a working tree's edits.
+# 3. The context: the repository's files the Containerfile copies (.dockerignore names them),
+# as committed at REV (HEAD): the image holds a commit, named in its revision label, not a
+# working tree's edits. The same layout as the repository root, which `podman build -f
+# container/Containerfile .` takes as it is.
 REV=$(git rev-parse "${REV:-HEAD}")
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
-cp container/Containerfile "$context/"
-mkdir "$context/src"
-git archive "$REV" -- hvdtrain run_scripts scripts/patches docs pyproject.toml setup.py \
-    MANIFEST.in README.md | tar -xf - -C "$context/src"
+mapfile -t sources < <(git show "$REV:.dockerignore" | sed -n 's/^!//p')
+git archive "$REV" -- container/Containerfile .dockerignore "${sources[@]}" | tar -xf - -C "$context"
 
 # pip inside the build reaches PyPI itself; where the host's pip needs a CA bundle of its own
 # (pip_ca), the build mounts it for its RUN steps only: it is not copied into the image.
@@ -49,7 +48,7 @@ start=$(date +%s)
 # shellcheck disable=SC2086  # BUILD_FLAGS: words
 "${PODMAN[@]}" build --pull=never "${ULIMITS[@]}" --build-arg "BASE=$BASE_IMAGE" \
     ${ca_args[@]+"${ca_args[@]}"} --label "org.opencontainers.image.revision=$REV" \
-    ${BUILD_FLAGS:-} --tag "$IMAGE" --file "$context/Containerfile" "$context"
+    ${BUILD_FLAGS:-} --tag "$IMAGE" --file "$context/container/Containerfile" "$context"
 seconds=$(( $(date +%s) - start ))
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 say "built $IMAGE in ${seconds}s: $(( size / 1000000 )) MB (podman image inspect .Size, uncompressed)"

@@ -51,6 +51,7 @@ class Job:
     volume: str = ""                 # the PersistentVolumeClaim of the run directory
     mount: str = "/runs"             # where the workers mount it
     gpus: int = 0                    # per worker; one per slot
+    gpu_image: bool = False          # the user says the image has GPUs (Containerfile.gpu)
     cpu: str = ""
     memory: str = ""
     backoff_limit: int = 3           # launcher restarts (each resumes) before the job fails
@@ -81,6 +82,10 @@ def check(job: Job) -> None:
                         f"(lower-case letters, digits and '-', at most 63 characters)")
     if job.workers < 1 or job.slots < 1:
         raise UserError("--workers and --slots-per-worker must be at least 1")
+    if job.gpus and not job.gpu_image:
+        raise UserError(f"--gpus-per-worker {job.gpus}: make image's hvdtrain:latest is CPU-only "
+                        f"(tensorflow-cpu, Horovod without NCCL); build container/Containerfile"
+                        f".gpu and add --gpu-image to say the image has GPUs")
     if job.gpus and job.gpus != job.slots:
         raise UserError(f"--gpus-per-worker {job.gpus} must equal --slots-per-worker "
                         f"{job.slots}: hvdtrain pins one GPU per rank")

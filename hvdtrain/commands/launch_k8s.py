@@ -32,7 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--volume", default="", help="PersistentVolumeClaim for the run directory "
                                      "(default NAME-runs; ReadWriteMany across nodes)")
     add("--mount", default="/runs", help="where workers mount it; the run is MOUNT/NAME")
-    add("--gpus-per-worker", type=int, default=0, help="nvidia.com/gpu per worker (= slots)")
+    add("--gpus-per-worker", type=int, default=0,
+        help="nvidia.com/gpu per worker (= slots); needs --gpu-image")
+    add("--gpu-image", action="store_true",
+        help="the image has CUDA and Horovod with NCCL (container/Containerfile.gpu), not make "
+             "image's CPU-only one")
     add("--cpu", default="", help="CPU per worker, e.g. 4")
     add("--memory", default="", help="memory per worker, e.g. 8Gi")
     add("--launcher-cpu", default="500m", help="the launcher pod's CPU (default 500m)")
@@ -79,7 +83,8 @@ def main(argv: Sequence[str], prog: str = "hvdtrain launch k8s") -> int:
     job = k8s.Job(name=args.name, workers=args.workers, slots=args.slots_per_worker,
                   image=args.image, train_args=tuple(train_args), namespace=args.namespace,
                   interface=args.interface, volume=args.volume, mount=args.mount,
-                  gpus=args.gpus_per_worker, cpu=args.cpu, memory=args.memory,
+                  gpus=args.gpus_per_worker, gpu_image=args.gpu_image, cpu=args.cpu,
+                  memory=args.memory,
                   backoff_limit=args.backoff_limit, ttl_seconds=args.ttl,
                   launcher_cpu=args.launcher_cpu, launcher_memory=args.launcher_memory,
                   shm_size=args.shm_size, labels=_pairs("--label", args.label),

@@ -54,7 +54,7 @@ def printed(capsys, *args: str) -> dict:
 
 ASKED = ["--workers", "3", "--slots-per-worker", "2", "--image", "hvdtrain:latest",
          "--name", "digits", "--namespace", "ml", "--interface", "net1",
-         "--gpus-per-worker", "2", "--cpu", "4", "--memory", "8Gi",
+         "--gpus-per-worker", "2", "--gpu-image", "--cpu", "4", "--memory", "8Gi",
          "--", "--preset", "digits", "--set", "train.epochs=3"]
 
 
@@ -173,8 +173,10 @@ def test_defaults_without_resources_fit_too(capsys):
 @pytest.mark.fault
 @pytest.mark.parametrize("args, expected", [
     (["--name", "Digits"], "--name 'Digits': the pod name 'Digits-worker-1' must be a DNS label"),
-    (["--gpus-per-worker", "1", "--slots-per-worker", "2"],
+    (["--gpus-per-worker", "1", "--slots-per-worker", "2", "--gpu-image"],
      "--gpus-per-worker 1 must equal --slots-per-worker 2"),
+    # GPUs asked of the CPU-only image (make image's): the pods would hold GPUs they cannot use.
+    (["--gpus-per-worker", "1"], "--gpus-per-worker 1: make image's hvdtrain:latest is CPU-only"),
     (["--", "--run-dir", "runs/x"], "--run-dir is set by launch k8s (/runs/hvdtrain"),
     (["--workers", "0"], "--workers and --slots-per-worker must be at least 1"),
     # Printed as given before, they failed only on the cluster.
