@@ -90,6 +90,7 @@ def bench_network(*args: str) -> subprocess.CompletedProcess:
                           "such as 0.1,1,10"),
     (["--systems", "hvdtrain,ptp"], "hvdtrain: error: --systems 'hvdtrain,ptp': choose from "
                                     "hvdtrain, hvdtrain-overlap, hvdtrain-fp16, hvdtrain-gloo, "
+                                    "hvdtrain-gloo-overlap, "
                                     "horovod"),
     (["--model", "vgg"], "hvdtrain: error: unknown bench network model 'vgg'; choose from "
                          "mobilenetv2, resnet50, mlp"),

@@ -48,6 +48,12 @@ def systems(bucket_mb: float) -> dict[str, System]:
                                 "(horovod.compression=fp16)",
                settings=("horovod.compression=fp16",), gradient_share=0.5),
         System("hvdtrain-gloo", "hvdtrain under horovodrun --gloo", launcher="gloo"),
+        # Gloo waits on its sockets where Open MPI's TCP transport polls (a rank's one core
+        # shared with backprop): overlap under each launcher.
+        System("hvdtrain-gloo-overlap", f"hvdtrain under horovodrun --gloo, all-reduce in "
+                                        f"{bucket_mb:g} MB buckets overlapping backprop",
+               launcher="gloo", settings=(f"horovod.bucket_mb={bucket_mb:g}",),
+               overlaps_backprop=True),
         System("horovod", "Horovod's tensorflow2_synthetic_benchmark.py on the Keras 2 venv "
                           "(per-tensor all-reduce during backprop; mpirun)",
                horovod_script=True, overlaps_backprop=True))}
