@@ -37,7 +37,7 @@ from hvdtrain.errors import UserError
 from hvdtrain.bench import registry
 from hvdtrain.bench.shared import (arguments, host, jobs, link_probe, netns_launch,
                                    network_figures, network_projection,
-                                   network_systems, plots, report)
+                                   network_systems, plots, report, stats)
 from hvdtrain.bench.shared.network_systems import NetworkWorkload, System
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.testing import netns_cluster
@@ -132,7 +132,8 @@ def one_round(i: int, how: Choices, cluster: NetnsCluster, work_dir: Path) -> di
         if setting is not None:
             link = link_probe.measure(cluster, how.probe_seconds)
             report.say(f"network: round {i + 1}, {where}: the link moved "
-                       f"{link['achieved_gbit_per_s']:.3g} Gbit/s")
+                       f"{link['achieved_gbit_per_s']:.3g} Gbit/s one way, "
+                       f"{link['both_ways_gbit_per_s']:.3g} each way at once")
             slot = measured["links"][network_figures.speed_key(setting)] = {
                 "link": link, "systems": {}}
             rates = slot["systems"]
@@ -194,7 +195,11 @@ def markdown(result: dict[str, Any]) -> str:
         "The cost model (bench project's) against each link: from the same round's one-host "
         "step and the link's measured rate, the step each system should take "
         f"({result['workload']['gradient_bytes'] / 1e6:,.1f} MB of float32 gradients; "
-        "network_projection.py says how):", "", network_projection.table(result)])
+        "network_projection.py says how):", "", network_projection.table(result), "",
+        "Overlap against its ideal: hvdtrain-overlap's step over max(one-host step, the "
+        "model's transfer), per round (1.0: the transfer wholly hidden, or the compute): "
+        + "; ".join(f"{link['gbit_per_s']:g} Gbit/s {stats.ratio_cell(link['overlap_over_ideal'])}"
+                    for link in result["links"] if link.get("overlap_over_ideal")) + "."])
 
 
 def plot(out_dir: Path, result: dict[str, Any]) -> None:

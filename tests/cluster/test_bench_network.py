@@ -73,6 +73,11 @@ def test_bench_network_quick_measures_the_link_and_leaves_nothing(tmp_path):
     # The link was shaped: one TCP stream moved at most the setting (tbf's bucket allows a
     # little over it in a short probe), and not nothing.
     assert 0.3 * SPEED_GBIT < link["achieved_gbit_per_s"]["median"] <= 1.1 * SPEED_GBIT
+    # Both ways at once, each direction is held to the setting too (tbf shapes each host's
+    # egress), and the projection reads that figure.
+    both = link["both_ways_gbit_per_s"]["median"]
+    assert 0.2 * SPEED_GBIT < both <= 1.1 * SPEED_GBIT
+    assert link["projection"]["hvdtrain"]["transfer_s"]["median"] > 0
     hvd = link["systems"]["hvdtrain"]
     assert hvd["samples_per_sec"]["median"] > 0 and hvd["efficiency"]["median"] > 0
     assert result["one_host"]["hvdtrain"]["samples_per_sec"]["median"] > 0

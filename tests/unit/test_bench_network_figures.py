@@ -64,6 +64,11 @@ def test_the_cost_model_predicts_each_step_from_the_rounds_one_host_step_and_the
     half = network_projection.predicted_step(table["hvdtrain-fp16"], 0.32, 1e6, 0.095)
     assert half["bandwidth_s"] == pytest.approx(transfer / 2)
     assert out["overlap_over_ideal"] is None
+    # Where the probe measured both ways at once, the ring's transfer is read from that figure.
+    both = [{**ROUNDS[0], "links": {"0.1": {**ROUNDS[0]["links"]["0.1"], "link": {
+        "achieved_gbit_per_s": 0.095, "both_ways_gbit_per_s": 0.0475}}}}]
+    slower = network_projection.projection(both, 0.1, chosen, 16, 1e6)["projection"]["hvdtrain"]
+    assert slower["transfer_s"]["median"] == pytest.approx(2 * transfer)
 
 
 def test_the_tbf_command_and_its_bucket():

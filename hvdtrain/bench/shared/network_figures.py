@@ -32,6 +32,9 @@ def link_figures(rounds: Sequence[Mapping[str, Any]], gbit_per_s: float,
         "achieved_gbit_per_s": stats.summarize([x["link"]["achieved_gbit_per_s"]
                                                 for x in on_link]),
         "systems": {}}
+    if all("both_ways_gbit_per_s" in x["link"] for x in on_link):
+        figures["both_ways_gbit_per_s"] = stats.summarize([x["link"]["both_ways_gbit_per_s"]
+                                                           for x in on_link])
     for name in systems:
         rates = [x["systems"][name] for x in on_link]
         alone = [r["one_host"][name] for r in rounds]
@@ -61,18 +64,24 @@ def _rate_cell(system: Mapping[str, Any]) -> str:
     return text
 
 
+def _rate(summary: Mapping[str, Any]) -> str:
+    return f"{summary['median']:.3g} (spread {summary['spread']:.1%})"
+
+
 def table(result: Mapping[str, Any]) -> str:
     """One row per link (and the one-host row first): the link's setting and measured
     throughput, each system's samples/s and efficiency, hvdtrain / Horovod."""
     names = list(result["systems"])
-    headers = ["link", "achieved Gbit/s", *names, "hvdtrain / Horovod"]
-    rows = [["one host (shared memory)", "",
+    both = all("both_ways_gbit_per_s" in link for link in result["links"])
+    measured = ["achieved Gbit/s, one way", "both ways at once"] if both else ["achieved Gbit/s"]
+    headers = ["link", *measured, *names, "hvdtrain / Horovod"]
+    rows = [["one host (shared memory)", *[""] * len(measured),
              *(_rate_cell(result["one_host"][n]) for n in names), ""]]
     for link in result["links"]:
-        achieved = link["achieved_gbit_per_s"]
         ratio = link["hvdtrain_over_horovod"]
         rows.append([f"{link['gbit_per_s']:g} Gbit/s",
-                     f"{achieved['median']:.3g} (spread {achieved['spread']:.1%})",
+                     *(_rate(link[key]) for key in ("achieved_gbit_per_s",
+                                                    "both_ways_gbit_per_s")[:len(measured)]),
                      *(_rate_cell(link["systems"][n]) for n in names),
                      stats.ratio_cell(ratio) if ratio else ""])
     return report.markdown_table(headers, rows)
@@ -90,7 +99,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"repeats of {plan['steps_per_repeat']} steps after {plan['warmup_epochs']} warmup "
         f"epoch(s); samples/s: median (spread) over rounds; efficiency: per round, the rate "
         f"on the link over the same system's on one host in that round; achieved: one TCP "
-        f"stream host1 to host2 for {result['probe_seconds']:g} s before each link's runs. "
+        f"stream host1 to host2 for {result['probe_seconds']:g} s before each link's runs "
+        f"(both ways: one stream each way at once, the slower). "
         f"Load before each round: {loads}.", "", table(result), ""]
     lines += [f"- `{name}`: {what}" for name, what in result["systems"].items()]
     lines += [f"- not run: {note}" for note in result.get("skipped", [])]

@@ -4,7 +4,8 @@ system should take on the link, beside the step it took.
 
 One host's step t_1 (2 ranks over shared memory, whose all-reduce of a MobileNetV2's gradients
 takes milliseconds against a step of seconds) stands for the compute. On the link, the ring
-moves 2(N-1)/N * S bytes per rank at the measured rate; tbf adds no latency and a veth hop
+moves 2(N-1)/N * S bytes per rank at the measured rate (both ways at once, as the ring sends,
+where the probe measured that); tbf adds no latency and a veth hop
 costs microseconds, so the hop and Horovod's fixed cost (under a millisecond, bench allreduce)
 are left at zero against steps of seconds. A system that reduces after backprop adds the
 transfer to t_1; one that overlaps (buckets, Horovod's per-tensor reduction) hides up to the
@@ -30,6 +31,12 @@ def link_of(achieved_gbit_per_s: float) -> Link:
     return Link(hop_s=0.0, seconds_per_byte=8 / (achieved_gbit_per_s * 1e9))
 
 
+def link_rate(link: Mapping[str, Any]) -> float:
+    """The rate the ring sees: both ways at once where the probe measured it (a round of an
+    earlier probe has the one-way stream only)."""
+    return link.get("both_ways_gbit_per_s") or link["achieved_gbit_per_s"]
+
+
 def step_of(rate: float, batch_per_rank: int) -> float:
     """Seconds per step of a 2-rank job whose total rate is ``rate`` samples/s."""
     return RANKS * batch_per_rank / rate
@@ -48,7 +55,7 @@ def round_at(round_: Mapping[str, Any], key: str, systems: Sequence[System],
     """One round at one link: per system, the one-host step, the predicted and the measured
     step on the link, and the prediction's error."""
     on_link = round_["links"][key]
-    achieved = on_link["link"]["achieved_gbit_per_s"]
+    achieved = link_rate(on_link["link"])
     out = {}
     for system in systems:
         alone = step_of(round_["one_host"][system.name], batch_per_rank)
