@@ -1,8 +1,9 @@
 """Horovod's own API through hvdtrain (``import hvdtrain.horovod.tensorflow.keras as hvd``): the
 cases of docs/horovod-api.md, each a Horovod script's pattern as Horovod's docs and examples
-teach it, registered into tests/guarantees_worker.py's CASES (family "horovod") so that they
-run in the same 2-rank job per stack, on the same data, with the same reference beside them (1
-rank at twice the batch, a plain optimizer, no hvdtrain).
+teach it, registered into the guarantees' CASES (tests/guarantees_registry.py, family "horovod")
+so that they run in the same 2-rank job per stack as tests/guarantees_worker.py's others, on
+the same data, with the same reference beside them (1 rank at twice the batch, a plain
+optimizer, no hvdtrain).
 
 Importing this module loads no TensorFlow; each case imports the module under test.
 """
@@ -12,10 +13,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from guarantees_worker import (BATCH, EXACT, NONE, RANKS, SEED, STEPS, Context, Outcome,
-                               adam, batch_norm_model, case, data, embedding_model, fit_pattern,
-                               loss, mlp, outcome, own_step_model, rows, sgd, trained_elsewhere,
-                               with_ids)
+from guarantees_patterns import (adam, batch_norm_model, data, embedding_model, fit_pattern, loss,
+                                 mlp, outcome, own_step_model, rows, sgd, trained_elsewhere,
+                                 with_ids)
+from guarantees_registry import BATCH, EXACT, NONE, RANKS, SEED, STEPS, Context, Outcome, case
 
 HOROVOD = "horovod"
 
