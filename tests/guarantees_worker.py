@@ -38,6 +38,7 @@ import guarantees_options  # noqa: F401  (reduction, precision, a start on rank 
 import guarantees_one_rank  # noqa: F401  (divergence the consistency check stops)
 import guarantees_data  # noqa: F401  (unequal batches, shuffles, saving on every rank)
 import horovod_api_cases  # noqa: F401  (Horovod's API: docs/horovod-api.md)
+import horovod_api_calls  # noqa: F401  (Horovod's collectives, elastic state, refusals)
 import guarantees_apart  # noqa: F401  (ranks apart with nothing to notice; may hang: last)
 from guarantees_patterns import first_line, largest
 from guarantees_registry import CASES, STALL_ABORT_S, STALL_WARNING_S, Case, Context, NotOffered
