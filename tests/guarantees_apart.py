@@ -1,7 +1,8 @@
 """Guarantees cases, the last that tests/guarantees_worker.py runs (after Horovod's API cases):
-ranks whose models would part ways with no fit callback to notice it. A train_on_batch loop
-that never broadcasts (the optimizer's first update must bring the ranks together), and a
-layer skipped on one rank, whose all-reduces then differ (the case that may hang, so last).
+ranks whose steps would part ways within an epoch, before any check at its end. A
+train_on_batch loop that never broadcasts (the distributed optimizer's first update must bring
+the ranks together), and a layer skipped on one rank, whose all-reduces then differ: every rank
+must stop with one line rather than wait (the case that may hang, so last).
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ import guarantees_one_rank  # noqa: F401  (divergence the consistency check stop
 import guarantees_data  # noqa: F401  (unequal batches, shuffles, saving on every rank)
 import horovod_api_cases  # noqa: F401  (Horovod's API: docs/horovod-api.md)
 import horovod_api_calls  # noqa: F401  (Horovod's collectives, elastic state, refusals)
-import guarantees_apart  # noqa: F401  (ranks apart with nothing to notice; may hang: last)
+import guarantees_apart  # noqa: F401  (ranks apart within an epoch; may hang: last)
 from guarantees_patterns import first_line, largest
 from guarantees_registry import CASES, STALL_ABORT_S, STALL_WARNING_S, Case, Context, NotOffered
 from hvdtrain.launch import rank_process  # TensorFlow loads in main(), through rank_process
