@@ -7,7 +7,7 @@
 # launchers' teardown; benchmarks/results/test_lanes.md), so two lanes run side by side:
 #   main    the main stack's multi-rank tests
 #   beside  the other stack's lane (its core and its unit tests but the `one_stack` ones),
-#           then the main stack's unit tests and the tests marked `beside` (test_faults.py
+#           then the main stack's unit tests and the tests marked `beside` (test_faults*.py
 #           and a few refusals), its output held back and shown once it ends
 # A test under both launchers runs under one on the other stack; on the main stack, where the
 # tests of the launchers' own behaviour run under both, so do all but those marked

@@ -218,6 +218,15 @@ def write_shards(folder: Path, counts, prefix="part") -> list[Path]:
     return paths
 
 
+def record_config(path, eval_path, **kw):
+    """A tfrecord source's DataConfig for ``path`` and ``eval_path``: RECORD_SHAPE and 3 classes
+    unless ``kw`` says otherwise."""
+    from hvdtrain.config import DataConfig
+    kw.setdefault("image_shape", RECORD_SHAPE)
+    kw.setdefault("num_classes", 3)
+    return DataConfig(source="tfrecord", path=str(path), eval_path=str(eval_path), **kw)
+
+
 def shard_logged(stream, folder: Path) -> tuple[list[np.ndarray], list[str]]:
     """The inputs of a train stream's first epoch, batch by batch, and the ids its shard log
     wrote for them (the stream built with ``tfdata.SHARD_LOG_ENV`` set to ``folder``)."""

@@ -1,8 +1,16 @@
 """Horovod's own API through hvdtrain (``import hvdtrain.horovod.tensorflow.keras as hvd``): the
 cases of docs/horovod-api.md, each a Horovod script's pattern as Horovod's docs and examples
-teach it, registered into tests/guarantees_worker.py's CASES (family "horovod") so that they
-run in the same 2-rank job per stack, on the same data, with the same reference beside them (1
-rank at twice the batch, a plain optimizer, no hvdtrain).
+teach it, registered into the guarantees' CASES (tests/guarantees_registry.py, family "horovod")
+so that they run in the same 2-rank job per stack as tests/guarantees_worker.py's others, on
+the same data, with the same reference beside them (1 rank at twice the batch, a plain
+optimizer, no hvdtrain).
+
+This module: what a Horovod script does (hvd.init, hvd.DistributedOptimizer, hvd.callbacks),
+the training patterns (fit, an own train_step, tape loops, Adasum, SyncBatchNormalization,
+the callbacks, the optimizer's options, hvd.load_model, the control), and the table of
+Horovod's names with the case that shows each (NAMES, HOROVOD_OWN: the page's). The cases
+that call the API outside a training pattern (collectives, the elastic state, the refused
+names) are tests/horovod_api_calls.py's, registered after these.
 
 Importing this module loads no TensorFlow; each case imports the module under test.
 """
@@ -12,10 +20,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from guarantees_worker import (BATCH, EXACT, NONE, RANKS, SEED, STEPS, Context, Outcome,
-                               adam, batch_norm_model, case, data, embedding_model, fit_pattern,
-                               loss, mlp, outcome, own_step_model, rows, sgd, trained_elsewhere,
-                               with_ids)
+from guarantees_patterns import (adam, batch_norm_model, data, embedding_model, fit_pattern, loss,
+                                 mlp, outcome, own_step_model, rows, sgd, trained_elsewhere,
+                                 with_ids)
+from guarantees_registry import BATCH, EXACT, NONE, RANKS, SEED, STEPS, Context, Outcome, case
+
 
 HOROVOD = "horovod"
 
@@ -320,84 +329,6 @@ def hvd_control_not_wrapped(ctx):
     return outcome(fit_pattern(ctx, setup, callbacks=horovod_callbacks(), reference=False))
 
 
-@horovod_case("hvd_collectives", "Horovod's collectives and queries", NONE,
-              """size, rank, local_size, local_rank, cross_size, cross_rank, is_initialized,
-              mpi_threads_supported; allreduce (TF: tensors, Keras: values; Average, Sum),
-              grouped_allreduce, allgather, broadcast, alltoall, reducescatter,
-              broadcast_object, allgather_object, join, each checked against the value it
-              must give on 2 ranks.""")
-def hvd_collectives(ctx):
-    import horovod.tensorflow as horovod_tf
-    import hvdtrain.horovod.tensorflow as hvd_tf
-    tf = ctx.tf
-    hvd = hvd_module()
-    r, n = hvd.rank(), hvd.size()
-    mine = tf.constant([float(r + 1)] * 2)
-    total = sum(range(1, n + 1))
-    checks = {
-        "size/rank/local/cross": [(n, r, hvd.local_size(), hvd.local_rank(), hvd.cross_size(),
-                                   hvd.cross_rank()) == (ctx.size, ctx.rank, n, r, 1, 0), ""],
-        "is_initialized": [bool(hvd.is_initialized()), ""],
-        "mpi_threads_supported": [hvd.mpi_threads_supported() in (True, False), ""],
-        "allreduce (TF, Average)": [np.allclose(hvd_tf.allreduce(mine).numpy(), total / n), ""],
-        "allreduce (TF, Sum)": [np.allclose(hvd_tf.allreduce(mine, op=hvd.Sum).numpy(), total),
-                                ""],
-        "allreduce (Keras, value)": [np.allclose(hvd.allreduce([float(r + 1)]), total / n), ""],
-        "grouped_allreduce": [np.allclose([t.numpy() for t in hvd_tf.grouped_allreduce(
-            [mine, 2 * mine], op=hvd.Sum)], [[total] * 2, [2 * total] * 2]), ""],
-        "allgather": [hvd.allgather([r]).tolist() == list(range(n)), ""],
-        "broadcast": [np.allclose(hvd.broadcast([float(r)], root_rank=1), 1.0), ""],
-        "alltoall": [hvd_tf.alltoall(tf.constant([r] * n)).numpy().tolist() == list(range(n)),
-                     ""],
-        "reducescatter": [np.allclose(hvd.reducescatter([1.0] * n, op=hvd.Sum), [n]), ""],
-        "broadcast_object": [hvd.broadcast_object({"from": r}, root_rank=0) == {"from": 0}, ""],
-        "allgather_object": [hvd.allgather_object(r) == list(range(n)), ""],
-        "join": [hvd.join() in range(n), ""],
-        "Horovod's own functions": [all(getattr(hvd, name) is getattr(horovod_tf, name)
-                                        for name in HOROVOD_OWN), ", ".join(HOROVOD_OWN)],
-    }
-    for check in checks.values():
-        check[0] = bool(check[0])
-    return Outcome([np.zeros(1)], checks=checks)
-
-
-@horovod_case("hvd_elastic_state", "`hvd.elastic.KerasState` and its callbacks", NONE,
-              """KerasState(model, batch=0, epoch=0) with CommitStateCallback,
-              UpdateBatchStateCallback and UpdateEpochStateCallback in a 2-epoch fit (outside
-              horovodrun's elastic mode, which tests/multirank runs): the state must count the
-              epochs, restore() must bring back the last commit and sync() rank 0's state.""")
-def hvd_elastic_state(ctx):
-    holder: dict = {}
-
-    def callbacks() -> list:
-        hvd = hvd_module()
-        return [*horovod_callbacks()(), hvd.elastic.CommitStateCallback(holder["state"]),
-                hvd.elastic.UpdateBatchStateCallback(holder["state"]),
-                hvd.elastic.UpdateEpochStateCallback(holder["state"])]
-
-    def setup(ctx: Context, role: str):
-        model, opt = wrapped()(ctx, role)
-        if role == "rank":
-            model.compile(optimizer=opt, loss=loss(ctx.tf), jit_compile=False)
-            holder["state"] = hvd_module().elastic.KerasState(model, batch=0, epoch=0)
-        return model, opt
-
-    trained = fit_pattern(ctx, setup, callbacks=callbacks, reference=False,
-                          fit_kw=lambda rank: {"epochs": 2})
-    state, model = holder["state"], trained.model
-    counted = (state.epoch, state.batch)
-    committed = model.get_weights()
-    model.set_weights([w + 1.0 for w in committed])
-    state.restore()
-    restored = all(np.array_equal(a, b) for a, b in zip(model.get_weights(), committed))
-    if ctx.rank == 1:
-        model.set_weights([w + 1.0 for w in committed])
-    state.sync()
-    return outcome(trained, **{
-        "epoch counted": [counted == (2, 0), f"epoch, batch: {counted}"],
-        "restore() = the last commit": [restored, ""]})
-
-
 # Horovod's own functions, re-exported unchanged (they touch no Keras): hvd_collectives checks
 # that each is Horovod's.
 HOROVOD_OWN = ["shutdown", "start_timeline", "stop_timeline", "mpi_enabled", "mpi_built",
@@ -435,29 +366,3 @@ NAMES = {
                      "elastic.UpdateBatchStateCallback", "elastic.UpdateEpochStateCallback"],
                     "hvd_elastic_state"),
 }
-
-
-@horovod_case("hvd_refusals", "every refused name, called", NONE,
-              """Each name of Horovod's API that hvdtrain does not serve, called as a script
-              would: each must raise hvdtrain's one-line error (recorded word for word, for
-              the table of names).""")
-def hvd_refusals(ctx):
-    from hvdtrain.distributed.horovod_api import NOT_SERVED
-    from hvdtrain.errors import UserError
-    hvd = hvd_module()
-    checks = {}
-    for name in NOT_SERVED:
-        try:
-            getattr(hvd, name)()
-            checks[name] = [False, "no error"]
-        except UserError as e:
-            checks[name] = [True, str(e)]
-    return Outcome([np.zeros(1)], checks=checks)
-
-
-@horovod_case("hvd_refused_name", "a name Keras 3 and TF2 cannot serve", NONE,
-              """hvd.broadcast_global_variables(0), TensorFlow 1's (it needs a session):
-              importable, and every rank stops with one line naming what to use instead.""")
-def hvd_refused_name(ctx):
-    hvd_module().broadcast_global_variables(0)
-    return Outcome([np.zeros(1)])

@@ -1,8 +1,8 @@
 """docs/horovod-api.md's generated part, from the runs of ``make guarantees``: the Horovod API
-cases (tests/horovod_api_cases.py) per stack, and every public name of Horovod's TF2/Keras API
-with the case that shows it works, or its refusal word for word. The page's prose (how to
-migrate) is written by hand around the part between the markers; tests/multirank/
-test_guarantees.py holds the run to the page's verdicts."""
+cases (tests/horovod_api_cases.py, horovod_api_calls.py) per stack, and every public name of
+Horovod's TF2/Keras API with the case that shows it works, or its refusal word for word. The
+page's prose (how to migrate) is written by hand around the part between the markers;
+tests/multirank/test_guarantees.py holds the run to the page's verdicts."""
 from __future__ import annotations
 
 from pathlib import Path

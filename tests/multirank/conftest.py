@@ -1,9 +1,9 @@
 """The runs the multi-rank test files share, each made once per session by the first test that
 asks (a launch costs seconds of TensorFlow import per rank): ``two_epochs``, which the resume
-cases copy and resume (test_faults.py's refusals, test_multirank.py's wrong resumes), and
-``four_straight_epochs``, what a run stopped and resumed must equal (test_multirank.py). Both
-are helpers.RESUME_ARGS' job on 2 ranks under mpirun (at 2 ranks both launchers give the same
-sums); a test copies a run before it resumes it.
+cases copy and resume (test_faults_bad_input.py's refusals, test_multirank.py's wrong resumes),
+and ``four_straight_epochs``, what a run stopped and resumed must equal (test_multirank.py).
+Both are helpers.RESUME_ARGS' job on 2 ranks under mpirun (at 2 ranks both launchers give the
+same sums); a test copies a run before it resumes it.
 """
 from __future__ import annotations
 

@@ -1,104 +1,25 @@
-"""Faults: a rank killed or stalled mid-training, elastic training losing and gaining workers,
-a kill during a checkpoint write, and bad input met during training (a diverging loss, a full or
-read-only run directory, ranks with different configs, a checkpoint of another model)."""
+"""Faults: a rank killed mid-training (then --resume), a rank killed while rank 0 writes a
+checkpoint, and a stalled rank that Horovod's stall check (or hvdtrain's watchdog) ends the job
+for."""
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import signal
 import sys
-import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
 
-import numpy as np
 import pytest
 
-from helpers import (BIN, Job, ROOT, assert_ok, assert_stopped_with_one_line, hvdtrain,
-                     importable_from, launch, launch_command, rank_status, snapshot, weights)
+from fault_jobs import QUICK, kill_rank, rank_is, run_and_act, summary_of
+from helpers import (assert_ok, hvdtrain, importable_from, launch, launch_command,
+                     rank_status)
 from hvdtrain.launch import launchers
-from hvdtrain.training import checkpoints, debug
+from hvdtrain.training import checkpoints
 
 pytestmark = [pytest.mark.multirank, pytest.mark.fault, pytest.mark.beside]
 
-QUICK = ["--preset", "digits-mlp", "--set", "run.tensorboard=false", "--set", "run.export=false"]
 BAR = 0.95      # eval accuracy of the digits CNN after 10 epochs (test_multirank: 5 suffice)
-MLP_BAR = 0.93  # digits-mlp's final eval accuracy swings by 2 to 3 points between epochs
 # The README: a killed rank takes every process of the job with it (measured beside make test's
 # main lane: 1.1 s under mpirun, 0.3 s under horovodrun).
 GONE_WITHIN_S = 10
-
-
-def rank_is(launcher: str, rank: int) -> str:
-    """The entry of rank ``rank``'s environment that says its rank under ``launcher``."""
-    return f"{launchers.entry(launcher).rank_variable}={rank}"
-
-
-def rank_pid(job: Job, variable: str, program: str = "bin/hvdtrain") -> int:
-    """The pid of the job's rank (a process running ``program``) whose environment holds
-    ``variable`` (rank_is: e.g. HOROVOD_RANK=1)."""
-    for pid in job.processes():
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if (program.encode() in cmdline and b"horovodrun" not in cmdline
-                and variable.encode() in environ):
-            return pid
-    raise AssertionError(f"no {program} rank with {variable} in the job:\n{job.tail()}")
-
-
-def kill_rank(variable: str, program: str = "bin/hvdtrain") -> Callable[[Job], None]:
-    """An action for run_and_act: SIGKILL the job's rank with ``variable``."""
-    return lambda job: os.kill(rank_pid(job, variable, program), signal.SIGKILL)
-
-
-@dataclass
-class Acted:
-    status: int
-    output: str
-    lines: list[tuple[float, str]]   # (time.monotonic() when it arrived, line)
-    acted_at: float
-    gone_s: float                    # from the action until no process of the job was left
-
-    def seconds_until(self, pattern: str) -> float:
-        """From the action to the first line after it that matches ``pattern``."""
-        for at, line in self.lines:
-            if at >= self.acted_at and re.search(pattern, line):
-                return at - self.acted_at
-        raise AssertionError(f"no line matches {pattern!r} after the action:\n{self.output}")
-
-
-def run_and_act(command: list[str], trigger: str, act: Callable[[Job], None],
-                timeout: float = 300, env: dict[str, str] | None = None) -> Acted:
-    """Runs ``command``; calls ``act(job)`` once a line matches ``trigger``. Every read is
-    bound by the deadline, so a job that falls silent fails the test instead of hanging it."""
-    with Job(command, env=env) as job:
-        deadline = job.started + timeout
-        lines, acted_at = [], None
-        while (line := job.next_line(deadline)) is not None:
-            lines.append((time.monotonic(), line))
-            if acted_at is None and re.search(trigger, line):
-                act(job)
-                acted_at = time.monotonic()
-        status = job.wait(deadline)
-        assert acted_at is not None, f"never saw {trigger!r}:\n{job.tail()}"
-        while job.processes() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return Acted(status, job.output, lines, acted_at, time.monotonic() - acted_at)
-
-
-def summary_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-def epochs_logged(run_dir: Path) -> set[int]:
-    return {json.loads(line)["epoch"] for line in
-            (run_dir / "metrics.jsonl").read_text().splitlines()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,165 +172,3 @@ def test_a_stalled_rank_aborts_the_job_within_the_stall_bound(launcher, tmp_path
         assert "Missing ranks:" not in job.output
         assert re.search(rf"rank \d: no training step finished in {STALL_ABORT_S} s",
                          job.output), job.output
-
-
-# ---------------------------------------------------------------------------------------------
-# Elastic training on this machine under several names: "localhost", "127.0.0.1" and its own
-# host name are three hosts to Horovod, so one can fail or arrive while the others go on.
-
-# A rank whose peer died notices at once when it waits on that peer's connection, else at
-# Gloo's receive timeout (HOROVOD_GLOO_TIMEOUT_SECONDS; Horovod's default, 30 s, made shorter
-# here): losing rank 0 of 3, rank 2 noticed at once and rank 1 at the timeout (measured).
-GLOO_TIMEOUT_S = 10
-# Measured beside make test's main lane: going on 10.2 s after the death, joined 8.2 s after
-# the host appeared.
-ELASTIC_RESIZE_S = GLOO_TIMEOUT_S + 15   # from a worker's death to the others going on
-ELASTIC_JOIN_S = 60     # from a worker's host appearing to its joining (at an epoch end)
-
-
-def elastic_command(hosts: Path, np_: int, run_dir: Path, *args: str) -> list[str]:
-    """Through the launch scripts users run: run_scripts/elastic.sh with discover_hosts.sh."""
-    scripts = ROOT / "run_scripts"
-    return [str(scripts / "elastic.sh"), "-n", str(np_), "--min-np", "2", "--max-np", "3",
-            "-d", f"{scripts / 'discover_hosts.sh'} {hosts}", "-i", "lo", "-t", "60",
-            "--", *QUICK, "--run-dir", str(run_dir), *args]
-
-
-def third_name_of_this_host() -> str:
-    """This machine's host name, which Horovod treats as a host of its own (it resolves to an
-    address of this machine, so Horovod starts its workers without SSH)."""
-    import psutil
-    import socket
-    name = socket.gethostname()
-    addresses = {a.address for nic in psutil.net_if_addrs().values() for a in nic
-                 if a.family == socket.AF_INET}
-    assert name not in ("localhost", "127.0.0.1") and socket.gethostbyname(name) in addresses, (
-        f"this test needs the host name {name!r} to resolve to an address of this machine")
-    return name
-
-
-def test_elastic_goes_on_without_a_killed_worker_even_rank_0(tmp_path):
-    # One slot per host: Horovod blacklists the host of a failed worker, so losing rank 0 takes
-    # no other worker with it. The new rank 0 goes on writing the same run directory.
-    hosts = tmp_path / "hosts"
-    hosts.write_text(f"localhost:1\n127.0.0.1:1\n{third_name_of_this_host()}:1\n")
-    run_dir, finals = tmp_path / "run", tmp_path / "finals"
-    finals.mkdir()
-    lost = run_and_act(elastic_command(hosts, 3, run_dir, "--epochs", "8"), r"epoch +2/8",
-                       kill_rank(rank_is("gloo", 0)),  # elastic.sh: horovodrun --gloo
-                       env={"HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_S),
-                            debug.WEIGHTS_LOG_ENV: str(finals)})
-    assert lost.status == 0, lost.output[-4000:]
-    assert re.search(r"elastic: now 2 ranks \(was 3\), going on from epoch [23]", lost.output), \
-        lost.output
-    seconds = lost.seconds_until(r"elastic: now 2 ranks")
-    print(f"going on with 2 ranks {seconds:.1f} s after rank 0 was killed")
-    assert seconds < ELASTIC_RESIZE_S
-    summary = summary_of(run_dir)
-    assert summary["elastic_world_sizes"] == [3, 2] and summary["world_size"] == 2
-    assert summary["final_eval_accuracy"] >= MLP_BAR, summary
-    assert epochs_logged(run_dir) == set(range(1, 9))
-    # The step traced at 3 ranks went on at 2 with the ranks in step: equal final weights.
-    # (Horovod averages by the size at run time: postscale 1/size in its Gloo and MPI ops.)
-    rank0, rank1 = (weights(finals / f"rank{r}.npz") for r in (0, 1))
-    assert len(rank0) == len(rank1) > 0 and sorted(p.name for p in finals.iterdir()) == [
-        "rank0.npz", "rank1.npz"]
-    for a, b in zip(rank0, rank1):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_elastic_takes_in_an_added_worker_at_the_next_commit(tmp_path):
-    hosts = tmp_path / "hosts"
-    hosts.write_text("localhost:2\n")
-    run_dir = tmp_path / "run"
-    # Small batches make epochs long enough for the new worker to start before the end.
-    added = run_and_act(
-        elastic_command(hosts, 2, run_dir, "--epochs", "12", "--batch-size", "8",
-                        "--lr", "0.0125"), r"epoch +1/12",
-        lambda _: hosts.write_text("localhost:2\n127.0.0.1:1\n"))
-    assert added.status == 0, added.output[-4000:]
-    joined = re.search(r"elastic: now 3 ranks \(was 2\), going on from epoch (\d+), peak lr "
-                       r"([\d.]+)", added.output)
-    assert joined, added.output[-4000:]
-    seconds = added.seconds_until(r"elastic: now 3 ranks")
-    print(f"3 ranks {seconds:.1f} s after the host was added")
-    assert seconds < ELASTIC_JOIN_S
-    assert float(joined.group(2)) == pytest.approx(0.0125 * 3)  # lr scaled for 3 ranks
-    summary = summary_of(run_dir)
-    assert summary["elastic_world_sizes"] == [2, 3] and summary["world_size"] == 3
-    assert summary["final_eval_accuracy"] >= MLP_BAR, summary
-    # Every epoch was logged, the ones retried after the join once more.
-    assert epochs_logged(run_dir) == set(range(1, 13))
-
-
-# ---------------------------------------------------------------------------------------------
-# Bad input met during training: one line, non-zero exit on every rank, the run dir intact.
-
-def resume_that_fails(launcher: str, trained: Path, run_dir: Path, expected: str,
-                      *resume_args: str):
-    """Resumes a copy of ``trained`` with ``resume_args``, which must stop with a line holding
-    ``expected``; returns (that line, the run dir's files before, after)."""
-    shutil.copytree(trained, run_dir)
-    before = snapshot(run_dir)
-    job = launch(launcher, 2, hvdtrain("train", *QUICK, "--resume", *resume_args,
-                                       "--run-dir", str(run_dir)))
-    return assert_stopped_with_one_line(job, launcher, expected), before, snapshot(run_dir)
-
-
-@pytest.mark.either_launcher
-def test_a_diverging_loss_stops_and_keeps_the_last_good_checkpoint(launcher, two_epochs,
-                                                                   tmp_path):
-    error, before, after = resume_that_fails(launcher, two_epochs, tmp_path / "run",
-                                             "training diverged", "--epochs", "4",
-                                             "--lr", "1e6")
-    assert re.search(r"training diverged: the loss is (nan|inf) in epoch 3", error), error
-    assert "epoch-0002" in error
-    # No checkpoint and no metrics of the bad epoch; the resume's config is recorded beside
-    # the run's own, which is kept.
-    resumed_config = after.pop("config.resume-0002.json")
-    assert after == before
-    config = json.loads((tmp_path / "run" / "config.resume-0002.json").read_text())
-    assert config["optim"]["lr"] == 1e6 and resumed_config != before["config.json"]
-
-
-@pytest.mark.either_launcher
-def test_a_full_run_dir_stops_every_rank_and_keeps_the_checkpoints(launcher, small_disk):
-    # 200 KiB: the config and the first checkpoints fit, the disk fills a few epochs later.
-    disk = small_disk("200k")
-    run_dir = disk / "run"
-    job = launch(launcher, 2, hvdtrain("train", *QUICK, "--epochs", "20",
-                                       "--set", "run.keep_checkpoints=20",
-                                       "--run-dir", str(run_dir)))
-    error = assert_stopped_with_one_line(job, launcher, "cannot write checkpoint")
-    assert "No space left on device" in error, error
-    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert names and all(n.startswith("epoch-") for n in names)  # no half-written one
-    assert checkpoints.latest(run_dir)[0] == len(names)
-
-
-@pytest.mark.either_launcher
-def test_a_read_only_run_dir_is_refused_before_training(launcher, small_disk):
-    disk = small_disk("1m", "ro")
-    job = launch(launcher, 2, hvdtrain("train", *QUICK, "--run-dir", str(disk / "run")))
-    assert_stopped_with_one_line(
-        job, launcher, f"cannot create run dir {disk / 'run'}: Read-only file system")
-
-
-@pytest.mark.either_launcher
-def test_ranks_started_with_different_configs_are_stopped(launcher, tmp_path):
-    # A config file that differs between hosts, played here by each rank's own lr.
-    rank = f"${launchers.entry(launcher).rank_variable}"
-    command = f"exec {BIN / 'hvdtrain'} train {' '.join(QUICK)} --lr 0.0$((1 + {rank})) " \
-              f"--run-dir {tmp_path / 'run'}"
-    job = launch(launcher, 2, ["bash", "-c", command])
-    error = assert_stopped_with_one_line(job, launcher, "(on rank 1)")
-    assert re.search(r"the config differs from rank 0's \(hash \w+ vs \w+, in optim\.lr\)", error)
-    assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.either_launcher
-def test_a_checkpoint_of_another_model_is_refused(launcher, two_epochs, tmp_path):
-    _, before, after = resume_that_fails(launcher, two_epochs, tmp_path / "run",
-                                         "does not fit this model and optimizer",
-                                         "--model", "cnn", "--epochs", "3")
-    assert after == before

@@ -1,10 +1,10 @@
 """docs/guarantees.md and docs/horovod-api.md hold on the installed stack: the Keras usage
-patterns of tests/guarantees_worker.py, run at 2 ranks through the library path, and Horovod's
-API cases of tests/horovod_api_cases.py (one job; one more after a case that hangs), each give
-the verdict the pages' column for this stack says. Figures are
-not compared, only verdicts, and a verdict carries its figures' meaning (``identical``: 0.0
-across ranks; ``= 1 rank at 2B``: within 1e-5 of the reference). The control is in the job
-itself: a plain, unwrapped optimizer must end with ranks that differ."""
+patterns tests/guarantees_worker.py runs (its case modules), at 2 ranks through the library
+path, and Horovod's API cases of tests/horovod_api_cases.py and horovod_api_calls.py (one job;
+one more after a case that hangs), each give the verdict the pages' column for this stack says.
+Figures are not compared, only verdicts, and a verdict carries its figures' meaning
+(``identical``: 0.0 across ranks; ``= 1 rank at 2B``: within 1e-5 of the reference). The
+control is in the job itself: a plain, unwrapped optimizer must end with ranks that differ."""
 from __future__ import annotations
 
 import pytest

@@ -1,7 +1,7 @@
 """Horovod's elastic Keras example through hvdtrain.horovod under horovodrun's elastic mode
 (Gloo, host discovery): ``hvd.elastic.run`` syncs rank 0's state to every worker, the state's
 callbacks count the epochs, and the ranks end equal. The rest of Horovod's API at 2 ranks:
-tests/horovod_api_cases.py, in test_guarantees' job."""
+tests/horovod_api_cases.py and horovod_api_calls.py, in test_guarantees' job."""
 from __future__ import annotations
 
 import sys

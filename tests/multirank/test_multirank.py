@@ -250,10 +250,10 @@ def _bad_files(root: Path) -> Path:
     return root
 
 
-# What a launch adds to the loaders' own tests of each message (test_data.py, test_images.py,
-# test_predict.py, through the same sources.load): every rank stopping with one line, nothing
-# written, for each way the ranks stop (below), and what depends on the launch itself (the world
-# size, the config read on every rank, TensorFlow's own reader).
+# What a launch adds to the loaders' own tests of each message (test_data_sources.py,
+# test_images.py, test_predict.py, through the same sources.load): every rank stopping with one
+# line, nothing written, for each way the ranks stop (below), and what depends on the launch
+# itself (the world size, the config read on every rank, TensorFlow's own reader).
 BAD_INPUT = {
     "missing file": (["--data", "npz", "--set", "data.path={root}/missing.npz"],
                      "does not exist"),

@@ -1,6 +1,6 @@
 """hvdtrain.horovod without a launcher: Horovod's learning rate formulas, the XLA default, the
 options Horovod's optimizer and tape take, and the refused names. The same names at 2 ranks,
-as scripts use them: tests/horovod_api_cases.py (docs/horovod-api.md)."""
+as scripts use them: tests/horovod_api_cases.py and horovod_api_calls.py (docs/horovod-api.md)."""
 from __future__ import annotations
 
 import pytest

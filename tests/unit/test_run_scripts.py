@@ -1,6 +1,6 @@
 """The launch scripts: usage, input checks before anything launches, and the commands they build
 (--dry-run). Real launches through them: local.sh here, test_multihost.py, test_slurm.py, the
-elastic tests (test_faults.py)."""
+elastic tests (test_faults_elastic.py)."""
 from __future__ import annotations
 
 import json

@@ -4,8 +4,8 @@ nothing on ranks other than 0; the line that names a variable with a gradient on
 only. Across ranks (the same path saved on every rank, loads on every rank; one TensorBoard
 run; a layer skipped on one rank; unknown-length data running out unequally; a backup folder
 two ranks make at once): the cases
-``save_every_rank``, ``layer_skipped_on_rank`` and ``unequal_batches_unknown_length`` of
-tests/guarantees_worker.py."""
+``save_every_rank``, ``layer_skipped_on_rank`` and ``unequal_batches_unknown_length`` that
+tests/guarantees_worker.py runs (tests/guarantees_data.py, guarantees_apart.py)."""
 from __future__ import annotations
 
 import os
