@@ -96,7 +96,9 @@ def network_workload(name: str, image_size: int | None) -> NetworkWorkload:
 
 def gradient_bytes(workload: NetworkWorkload) -> int:
     """The bytes of one step's float32 gradients: 4 per trainable parameter of the workload's
-    model, built here (TensorFlow loads in this process)."""
+    model, built here (TensorFlow loads in this process, as quietly as in a rank)."""
+    from hvdtrain.launch import rank_process
+    rank_process.load_tensorflow()
     from hvdtrain.config import presets
     from hvdtrain.models import registry
     chosen = workload.workload
