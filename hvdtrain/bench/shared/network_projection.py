@@ -26,9 +26,10 @@ HEADLINE = "hvdtrain"            # the system whose error is the link's projecti
 OVERLAP = "hvdtrain-overlap"     # the system held to max(compute, transfer)
 
 
-def link_of(achieved_gbit_per_s: float) -> Link:
-    """The shaped link as the cost model sees it: its measured rate, no hop or fixed cost."""
-    return Link(hop_s=0.0, seconds_per_byte=8 / (achieved_gbit_per_s * 1e9))
+def link_of(gbit_per_s: float) -> Link:
+    """The shaped link as the cost model sees it: its measured rate (``link_rate``), no hop or
+    fixed cost."""
+    return Link(hop_s=0.0, seconds_per_byte=8 / (gbit_per_s * 1e9))
 
 
 def link_rate(link: Mapping[str, Any]) -> float:
@@ -43,10 +44,11 @@ def step_of(rate: float, batch_per_rank: int) -> float:
 
 
 def predicted_step(system: System, one_host_step: float, gradient_bytes: float,
-                   achieved_gbit_per_s: float) -> dict[str, float]:
-    """``system``'s step on the link (cost_model.step_seconds's parts)."""
+                   gbit_per_s: float) -> dict[str, float]:
+    """``system``'s step on a link measured at ``gbit_per_s`` (cost_model.step_seconds's
+    parts)."""
     return cost_model.step_seconds(one_host_step, RANKS, system.gradient_share * gradient_bytes,
-                                   link_of(achieved_gbit_per_s),
+                                   link_of(gbit_per_s),
                                    overlap=1.0 if system.overlaps_backprop else 0.0)
 
 
@@ -55,11 +57,11 @@ def round_at(round_: Mapping[str, Any], key: str, systems: Sequence[System],
     """One round at one link: per system, the one-host step, the predicted and the measured
     step on the link, and the prediction's error."""
     on_link = round_["links"][key]
-    achieved = link_rate(on_link["link"])
+    rate = link_rate(on_link["link"])
     out = {}
     for system in systems:
         alone = step_of(round_["one_host"][system.name], batch_per_rank)
-        parts = predicted_step(system, alone, gradient_bytes, achieved)
+        parts = predicted_step(system, alone, gradient_bytes, rate)
         measured = step_of(on_link["systems"][system.name], batch_per_rank)
         out[system.name] = {"one_host_step_s": alone, "transfer_s": parts["bandwidth_s"],
                             "predicted_step_s": parts["step_s"], "measured_step_s": measured,
