@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from hvdtrain.bench import registry
-from hvdtrain.bench.shared import (arguments, host, plots, report, stats, targets,
-                                   training_rounds)
+from hvdtrain.bench.shared import (arguments, check_cost, host, plots, report, stats,
+                                   targets, training_rounds)
 from hvdtrain.bench.shared.workloads import WORKLOADS
 
 SPREAD_LIMIT = stats.SPREAD_LIMIT
@@ -46,6 +47,7 @@ def stack_name(stack: str) -> str:
 
 TARGET = targets.TAX
 PLAN_WORLD_SIZES = (1,)   # the tax is measured at one rank alone
+CHECK_RANKS = 2           # the consistency check's cost, where it acts
 
 
 def ratio_summary(rounds: Sequence[dict[str, float]], top: str = "hvdtrain",
@@ -58,11 +60,12 @@ def ratio_summary(rounds: Sequence[dict[str, float]], top: str = "hvdtrain",
 def request(*, models: Sequence[str], rounds: int = 3, quick: bool = False,
             python: str = sys.executable, other_python: str | None = None
             ) -> training_rounds.Request:
-    """The jobs bench tax times: plain fit and hvdtrain at one rank, on the stack of
-    ``python`` and of ``other_python`` (when given), ``rounds`` interleaved rounds per model."""
+    """The jobs bench tax times: plain fit and hvdtrain at one rank (and at two, for the
+    consistency check's cost), on the stack of ``python`` and of ``other_python`` (when
+    given), ``rounds`` interleaved rounds per model."""
     return training_rounds.stack_request(
         models=models, rounds=rounds, quick=quick, python=python, other_python=other_python,
-        sides=(training_rounds.PLAIN, PLAN_WORLD_SIZES[0]))
+        sides=(training_rounds.PLAIN, PLAN_WORLD_SIZES[0], CHECK_RANKS))
 
 
 def tax_rounds(jobs: dict[str, Any], which: str, rounds: int) -> list[dict[str, Any]]:
@@ -74,8 +77,15 @@ def tax_rounds(jobs: dict[str, Any], which: str, rounds: int) -> list[dict[str, 
         row: dict[str, Any] = {"hvdtrain_rank_env": mine["rank_env"]}
         record(row, "plain", plain["samples_per_sec"], plain["raw"])
         record(row, "hvdtrain", mine["total_samples_per_sec"]["median"], mine["raw"][0])
+        row["check"] = check_cost.round_shares(r[which][CHECK_RANKS]["raw"])
         rows.append(row)
     return rows
+
+
+def check_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The consistency check's figures (``check_cost.round_shares``) over the rounds."""
+    return {key: stats.summarize([r["check"][key] for r in rows])
+            for key in rows[0]["check"]}
 
 
 def run(out_dir: Path, own: training_rounds.Request,
@@ -103,7 +113,8 @@ def run(out_dir: Path, own: training_rounds.Request,
                             "rounds": rows[which],
                             "load_average_before_each_round":
                                 measured[name]["loads"][:own.rounds],
-                            "hvdtrain_over_plain": ratio_summary(rows[which])})
+                            "hvdtrain_over_plain": ratio_summary(rows[which]),
+                            "consistency_check": check_summary(rows[which])})
         if "other" in pythons:
             comparisons.append({"model": name, **{
                 f"{side}_this_over_other": stats.ratio_summary(
@@ -157,6 +168,7 @@ def markdown(result: dict[str, Any]) -> str:
                   report.markdown_table(["model", "stack", "plain fit step ms",
                                          "hvdtrain step ms", "plain fit between steps ms",
                                          "hvdtrain between steps ms"], breakdown)]
+    lines += check_lines(result)
     if result.get("stack_comparisons"):
         stacks = result["stacks"]
         this, other = stacks["this"]["name"], stacks["other"]["name"]
@@ -171,6 +183,32 @@ def markdown(result: dict[str, Any]) -> str:
                         stats.ratio_cell(c["hvdtrain_this_over_other"], result["target"])]
                        for c in result["stack_comparisons"]])]
     return "\n".join(lines)
+
+
+def check_lines(result: dict[str, Any]) -> list[str]:
+    """The consistency check's cost at 2 ranks: a paragraph and a table (none in a result
+    from before it was measured)."""
+    rows = [[r["model"], r["stack"], f"{c['seconds_per_epoch']['median'] * 1e3:.2f}",
+             f"{c['epoch_share']['median']:.2%}", f"{math.ceil(c['steps_for_target']['median'])}",
+             f"{c['first_epoch_step_share']['median']:.2%}"]
+            for r in result["results"] if (c := r.get("consistency_check"))]
+    if not rows:
+        return []
+    steps = result["plan"]["steps_per_repeat"] + 1
+    return ["", f"The consistency check's cost, in the same rounds' 2-rank hvdtrain jobs (the "
+                f"check acts only where there are 2 ranks; the slowest rank's figure, median "
+                f"over rounds; hvdtrain/bench/shared/check_cost.py): its work at each epoch "
+                f"(the real callback's hooks at the epoch's first step and end: checksums of "
+                f"every trainable variable and two all-gathers, driven after training with the "
+                f"ranks in step); its share of a timed epoch here ({steps} steps); the steps an "
+                f"epoch needs for that work to stay under {check_cost.TARGET:.1%} of it; and "
+                f"the first epoch's in-graph record of each batch (timed alone) as a share of a "
+                f"step. Off: `dist.fit_callbacks(consistency_check=False)`, "
+                f"`--set train.consistency_check=false`.", "",
+            report.markdown_table(["model", "stack", "check ms per epoch",
+                                   f"share of a {steps}-step epoch",
+                                   f"steps per epoch for < {check_cost.TARGET:.1%}",
+                                   "first epoch: record's share of a step"], rows)]
 
 
 def breakdown_rows(results: Sequence[dict[str, Any]]) -> list[list[Any]]:

@@ -61,7 +61,9 @@ def fake_launches(monkeypatch) -> list[tuple[str, str, object]]:
     def measure_job(name, side, plan, work_dir, python):
         launched.append((name, python, side))
         rate = float(next(rates))
-        raw = {"params": 10, "step_seconds_median": 0.1, "between_steps_seconds_median": 0.01}
+        raw = {"params": 10, "step_seconds_median": 0.1, "between_steps_seconds_median": 0.01,
+               "check_seconds_per_epoch": 0.001, "seconds": [0.9, 1.0, 1.1],
+               "record_seconds_per_batch": 0.001}
         if side == PLAIN:
             return {"samples_per_sec": rate, "raw": raw}
         keras = "3.15.1" if python == sys.executable else "2.15.0"
@@ -125,7 +127,8 @@ def test_alone_each_benchmark_launches_its_own_jobs(tmp_path, monkeypatch):
     launched = fake_launches(monkeypatch)
     results = run_three(tmp_path, in_all=False)
     rounds = 3
-    assert len(launched) == 2 * 2 + 2 * 2 * 2 * rounds + 2 * 2 * 2 * rounds
+    # (tax: plain fit, 1 rank, and 2 ranks for the consistency check's cost)
+    assert len(launched) == 2 * 2 + 2 * 2 * 3 * rounds + 2 * 2 * 2 * rounds
     taxed, stacked = results["tax"]["results"][0], results["stacks"]["results"][0]
     assert [r["hvdtrain"] for r in taxed["rounds"]] != \
         [r["this"]["samples_per_sec_1"] for r in stacked["rounds"]]

@@ -6,6 +6,7 @@ import pytest
 
 from bench_helpers import MACHINE
 from hvdtrain.bench import tax
+from hvdtrain.bench.shared import check_cost
 
 def test_the_tax_is_a_per_round_median_and_wide_spreads_are_noise():
     # Round 2 ran on a slower machine for both sides: the per-round ratio cancels it.
@@ -35,8 +36,31 @@ def test_the_tax_table_prints_the_verdict_and_the_step_breakdown():
     assert "TensorFlow 2.20.0, Keras 3.15.1" in tax.markdown(taxed)
 
 
+def test_the_consistency_checks_cost_is_the_slowest_ranks_share_of_an_epoch_and_a_step():
+    # Rank 1's check took 5 ms an epoch, whose median timed one took 1 s (0.5%), at 100 ms a
+    # step: 10 steps an epoch keep it at 0.5%.
+    ranks = [{"check_seconds_per_epoch": 0.002, "seconds": [0.8, 1.0, 3.0],
+              "record_seconds_per_batch": 0.002, "step_seconds_median": 0.1},
+             {"check_seconds_per_epoch": 0.005, "seconds": [1.0, 1.0, 1.2],
+              "record_seconds_per_batch": 0.001, "step_seconds_median": 0.1}]
+    shares = check_cost.round_shares(ranks)
+    assert shares == pytest.approx({"seconds_per_epoch": 0.005, "epoch_share": 0.005,
+                                    "steps_for_target": 10, "first_epoch_step_share": 0.02})
+    rounds = [{"plain": 100.0, "hvdtrain": 98.0, "check": shares}] * 3
+    taxed = tax_result(MACHINE, rounds)
+    taxed["results"][0]["consistency_check"] = tax.check_summary(rounds)
+    assert "| m | keras3 | 5.00 | 0.50% | 10 | 2.00% |" in tax.markdown(taxed)
+    assert "share of a 9-step epoch" in tax.markdown(taxed)
+    # Control: with rank 1's check ten times cheaper, rank 0's is the slowest.
+    ranks[1]["check_seconds_per_epoch"] = 0.0005
+    rounds = [{"plain": 100.0, "hvdtrain": 98.0, "check": check_cost.round_shares(ranks)}] * 3
+    taxed["results"][0]["consistency_check"] = tax.check_summary(rounds)
+    assert "| m | keras3 | 2.00 | 0.20% | 4 | 2.00% |" in tax.markdown(taxed)
+
+
 def tax_result(machine: dict, rounds: list[dict]) -> dict:
-    return {"machine": machine, "plan": {"rounds": len(rounds)}, "target": tax.TARGET,
+    return {"machine": machine, "plan": {"rounds": len(rounds), "steps_per_repeat": 8},
+            "target": tax.TARGET,
             "results": [{"model": "m", "stack": "keras3", "stack_line": "tf 2.20",
                          "batch_size": 16, "rounds": rounds,
                          "load_average_before_each_round": [1, 2, 3],

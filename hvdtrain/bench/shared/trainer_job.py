@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from hvdtrain.launch import launchers
-from hvdtrain.bench.shared import jobs, launch, stats, steps
+from hvdtrain.bench.shared import check_cost, jobs, launch, stats, steps
 from hvdtrain.bench.shared.plans import Plan, job_options
 from hvdtrain.bench.shared.workloads import Workload
 
@@ -42,11 +42,17 @@ def rank_main(options: dict[str, Any]) -> None:
                       inter_op_threads=cfg.run.inter_op_threads)
     timer = steps.step_timer(steps.slow_rank_delay(os.environ.get(steps.SLOW_RANK_ENV, ""),
                                                 world.rank))
-    summary = trainer.Trainer(cfg, world, extra_callbacks=[timer]).train()
+    job = trainer.Trainer(cfg, world, extra_callbacks=[timer])
+    summary = job.train()
+    # The consistency check's cost (bench tax), where it acts: at 2 ranks or more.
+    check = ({"check_seconds_per_epoch": check_cost.epoch_seconds(job.model),
+              "record_seconds_per_batch": check_cost.record_seconds_per_batch(
+                  (cfg.train.batch_size, *cfg.data.image_shape))} if world.size > 1 else {})
 
     mine = {"rank": world.rank, "params": summary["params"],
             **steps.timed_repeats(timer.epochs, options["warmup_epochs"], cfg.train.batch_size),
             **steps.step_breakdown(timer.starts, timer.epochs, options["warmup_epochs"]),
+            **check,
             "cores": sorted(os.sched_getaffinity(0)), "pinned_by_hvdtrain_bench": pinned,
             "intra_op_threads": world.intra_op_threads,
             "inter_op_threads": world.inter_op_threads,
