@@ -18,6 +18,7 @@ from replays import CUSTOM, assert_same, gradient_allreduces, train
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
 
+@pytest.mark.beside   # no bound on time: balances the lanes
 def test_custom_loop_with_resume_ends_where_fit_ends(tmp_path):
     # Momentum SGD, linear lr scaling with one warmup epoch, shuffled shards: the same config
     # through fit (mpirun) and through the custom loop (horovodrun --gloo), the latter stopped

@@ -94,6 +94,9 @@ def adasum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (1 - dot / (2 * np.vdot(a, a))) * a + (1 - dot / (2 * np.vdot(b, b))) * b
 
 
+# Adasum is the reducer's and the loop is hvdtrain's own, both shared; the guarantees table runs
+# Adasum on each stack (adasum_fit, adasum_tape).
+@pytest.mark.one_stack
 def test_adasum_on_the_custom_loop_is_adasum(tmp_path):
     # mpirun (Horovod implements Adasum over MPI). One step: each rank's whole shard (133
     # samples) in one batch; the replay combines the two ranks' gradients by Adasum.
