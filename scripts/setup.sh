@@ -165,12 +165,13 @@ if ! has_version tensorflow-cpu "$TF_VERSION" || { [ -n "$KERAS_PIN" ] && ! has_
         tensorboard pytest "pytest-timeout>=2,<3" matplotlib wheel "setuptools>=64"
 fi
 
-# 3b. `make test` and `make lint` only: the linter and the type checker, pinned (pyproject.toml
-# configures them).
-RUFF_PIN=0.17.6 MYPY_PIN=2.4.1
-if [ "${1:-}" = "--with-test-tools" ] && { ! has_version ruff "$RUFF_PIN" || ! has_version mypy "$MYPY_PIN"; }; then
-    say "installing ruff $RUFF_PIN and mypy $MYPY_PIN (pip)"
-    "${PIP[@]}" install "ruff==$RUFF_PIN" "mypy==$MYPY_PIN"
+# 3b. `make test`, `make test-fast` and `make lint` only: the linter and the type checker,
+# pinned (pyproject.toml configures them), and pytest-xdist (test-fast's two workers).
+RUFF_PIN=0.17.6 MYPY_PIN=2.4.1 XDIST_PIN=3.6.1
+if [ "${1:-}" = "--with-test-tools" ] && { ! has_version ruff "$RUFF_PIN" || ! has_version mypy "$MYPY_PIN" \
+   || ! has_version pytest-xdist "$XDIST_PIN"; }; then
+    say "installing ruff $RUFF_PIN, mypy $MYPY_PIN and pytest-xdist $XDIST_PIN (pip)"
+    "${PIP[@]}" install "ruff==$RUFF_PIN" "mypy==$MYPY_PIN" "pytest-xdist==$XDIST_PIN"
 fi
 
 # 4. Horovod, built from source against that TensorFlow with both MPI and Gloo controllers,
