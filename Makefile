@@ -56,11 +56,11 @@ test-core:
 	@$(call SETUP,$(STACK),$(VENV))
 	$(PY) -m pytest -m "core or not multirank"
 
-# The quick lane: the unit tests and a few multi-rank smoke tests under both launchers, on two
-# workers (pytest-xdist): most of them wait on a subprocess.
+# The quick lane: the unit tests and a few multi-rank smoke tests, each under one launcher (in
+# turn: both are used), on two workers (pytest-xdist): most of them wait on a subprocess.
 test-fast:
 	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
-	$(PY) -m pytest -n 2 -m "not multirank or smoke"
+	$(PY) -m pytest -n 2 --launcher-turns other -m "not multirank or smoke"
 
 # Only the tests that need no launcher (seconds).
 unit: install
