@@ -18,7 +18,7 @@ import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from hvdtrain.bench import registry
 from hvdtrain.bench.shared import (arguments, check_cost, host, plots, report, stats,
@@ -188,9 +188,12 @@ def markdown(result: dict[str, Any]) -> str:
 def check_lines(result: dict[str, Any]) -> list[str]:
     """The consistency check's cost at 2 ranks: a paragraph and a table (none in a result
     from before it was measured)."""
-    rows = [[r["model"], r["stack"], f"{c['seconds_per_epoch']['median'] * 1e3:.2f}",
-             f"{c['epoch_share']['median']:.2%}", f"{math.ceil(c['steps_for_target']['median'])}",
-             f"{c['first_epoch_step_share']['median']:.2%}"]
+    def cell(figure: dict[str, float], show: Callable[[float], str]) -> str:
+        return f"{show(figure['median'])} ({show(figure['min'])} to {show(figure['max'])})"
+    rows = [[r["model"], r["stack"], cell(c["seconds_per_epoch"], lambda s: f"{s * 1e3:.1f}"),
+             cell(c["epoch_share"], lambda x: f"{x:.1%}"),
+             cell(c["steps_for_target"], lambda n: f"{math.ceil(n)}"),
+             cell(c["first_epoch_step_share"], lambda x: f"{x:.2%}")]
             for r in result["results"] if (c := r.get("consistency_check"))]
     if not rows:
         return []
@@ -203,7 +206,8 @@ def check_lines(result: dict[str, Any]) -> list[str]:
                 f"ranks in step); its share of a timed epoch here ({steps} steps); the steps an "
                 f"epoch needs for that work to stay under {check_cost.TARGET:.1%} of it; and "
                 f"the first epoch's in-graph record of each batch (timed alone) as a share of a "
-                f"step. Off: `dist.fit_callbacks(consistency_check=False)`, "
+                f"step. Each: the median over rounds (the lowest to the highest). Off: "
+                f"`dist.fit_callbacks(consistency_check=False)`, "
                 f"`--set train.consistency_check=false`.", "",
             report.markdown_table(["model", "stack", "check ms per epoch",
                                    f"share of a {steps}-step epoch",

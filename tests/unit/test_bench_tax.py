@@ -49,13 +49,15 @@ def test_the_consistency_checks_cost_is_the_slowest_ranks_share_of_an_epoch_and_
     rounds = [{"plain": 100.0, "hvdtrain": 98.0, "check": shares}] * 3
     taxed = tax_result(MACHINE, rounds)
     taxed["results"][0]["consistency_check"] = tax.check_summary(rounds)
-    assert "| m | keras3 | 5.00 | 0.50% | 10 | 2.00% |" in tax.markdown(taxed)
+    assert ("| m | keras3 | 5.0 (5.0 to 5.0) | 0.5% (0.5% to 0.5%) | 10 (10 to 10) "
+            "| 2.00% (2.00% to 2.00%) |") in tax.markdown(taxed)
     assert "share of a 9-step epoch" in tax.markdown(taxed)
     # Control: with rank 1's check ten times cheaper, rank 0's is the slowest.
     ranks[1]["check_seconds_per_epoch"] = 0.0005
     rounds = [{"plain": 100.0, "hvdtrain": 98.0, "check": check_cost.round_shares(ranks)}] * 3
     taxed["results"][0]["consistency_check"] = tax.check_summary(rounds)
-    assert "| m | keras3 | 2.00 | 0.20% | 4 | 2.00% |" in tax.markdown(taxed)
+    assert ("| m | keras3 | 2.0 (2.0 to 2.0) | 0.2% (0.2% to 0.2%) | 4 (4 to 4) "
+            "| 2.00% (2.00% to 2.00%) |") in tax.markdown(taxed)
 
 
 def tax_result(machine: dict, rounds: list[dict]) -> dict:
