@@ -9,6 +9,9 @@ Rounds alternate the order (plain first, then hvdtrain first, ...) so that a dri
 machine's load falls on both (shared/training_rounds.py: under ``bench all``, the same rounds as
 bench scaling's and stacks'); the result is the median over rounds of hvdtrain / plain with its
 spread. 1.0 is the ceiling of a wrapper that costs nothing.
+
+The same rounds' 2-rank hvdtrain job also gives the consistency check's cost, which acts only
+where there are ranks to compare (shared/check_cost.py).
 """
 from __future__ import annotations
 
