@@ -18,9 +18,19 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 TARGET = 0.005   # issue 50: under 0.5% of an epoch
+
+
+def mean_seconds(call: Callable[[int], Any], repeats: int) -> float:
+    """``call(0)`` untimed (a trace, or the ranks falling in step), then the mean seconds of
+    ``call(1)`` to ``call(repeats)``."""
+    call(0)
+    started = time.perf_counter()
+    for i in range(1, repeats + 1):
+        call(i)
+    return (time.perf_counter() - started) / repeats
 
 
 def record_seconds_per_batch(batch_shape: Sequence[int], repeats: int = 20) -> float:
@@ -32,11 +42,8 @@ def record_seconds_per_batch(batch_shape: Sequence[int], repeats: int = 20) -> f
     record.arm()
     data = (tf.random.uniform(batch_shape), tf.zeros([batch_shape[0]], tf.int32))
     step = tf.function(lambda: record.record(data))
-    step()   # the trace, and the first batch's checksum
-    started = time.perf_counter()
-    for _ in range(repeats):
-        step()
-    return (time.perf_counter() - started) / repeats
+    # The first call traces, and takes the first batch's checksum.
+    return mean_seconds(lambda _: step(), repeats)
 
 
 def epoch_seconds(model: Any, repeats: int = 10) -> float:
@@ -51,11 +58,7 @@ def epoch_seconds(model: Any, repeats: int = 10) -> float:
         check.on_epoch_begin(i)
         check.on_train_batch_begin(0)
         check.on_epoch_end(i)
-    epoch(0)
-    started = time.perf_counter()
-    for i in range(1, repeats + 1):
-        epoch(i)
-    return (time.perf_counter() - started) / repeats
+    return mean_seconds(epoch, repeats)
 
 
 def round_shares(ranks: Sequence[dict[str, Any]]) -> dict[str, float]:
