@@ -21,7 +21,7 @@ import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from hvdtrain.bench import registry
 from hvdtrain.bench.shared import (arguments, check_cost, host, plots, report, stats,
@@ -191,8 +191,7 @@ def markdown(result: dict[str, Any]) -> str:
 def check_lines(result: dict[str, Any]) -> list[str]:
     """The consistency check's cost at 2 ranks: a paragraph and a table (none in a result
     from before it was measured)."""
-    def cell(figure: dict[str, float], show: Callable[[float], str]) -> str:
-        return f"{show(figure['median'])} ({show(figure['min'])} to {show(figure['max'])})"
+    cell = stats.range_cell
     rows = [[r["model"], r["stack"], cell(c["seconds_per_epoch"], lambda s: f"{s * 1e3:.1f}"),
              cell(c["epoch_share"], lambda x: f"{x:.1%}"),
              cell(c["steps_for_target"], lambda n: f"{math.ceil(n)}"),

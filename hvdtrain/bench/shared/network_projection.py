@@ -98,13 +98,12 @@ def table(result: Mapping[str, Any]) -> str:
     rows = []
     for link in result["links"]:
         for name, s in link["projection"].items():
-            error = s["error"]
             rows.append([f"{link['gbit_per_s']:g} Gbit/s", name,
                          f"{s['one_host_step_s']['median']:.2f}",
                          f"{s['transfer_s']['median']:.2f}",
                          f"{s['predicted_step_s']['median']:.2f}",
                          f"{s['measured_step_s']['median']:.2f}",
-                         f"{error['median']:+.1%} ({error['min']:+.1%} to {error['max']:+.1%})"])
+                         stats.range_cell(s["error"], lambda e: f"{e:+.1%}")])
     return report.markdown_table(
         ["link", "system", "one-host step s", "transfer s (model)", "predicted step s",
          "measured step s", "error: median (rounds' range)"], rows)

@@ -3,7 +3,7 @@ interleaved round, and the verdict of a figure against its target."""
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
@@ -42,6 +42,12 @@ def verdict(value: float, target: float, *, at_least: bool = True,
         return "noise: does not count"
     met = value >= target if at_least else value <= target
     return f"{'meets' if met else 'misses'} {'>=' if at_least else '<='} {target:g}"
+
+
+def range_cell(summary: Mapping[str, float], show: Callable[[float], str]) -> str:
+    """A table cell for a ``summarize``: the median, then the lowest to the highest, each as
+    ``show`` writes it."""
+    return f"{show(summary['median'])} ({show(summary['min'])} to {show(summary['max'])})"
 
 
 def ratio_cell(ratio: Mapping[str, Any], target: float | None = None, *,
