@@ -4,6 +4,7 @@ launches counted instead of run."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import itertools
 import json
 import statistics
@@ -11,7 +12,7 @@ import sys
 
 from bench_helpers import MACHINE
 from hvdtrain.bench import registry, scaling, suite
-from hvdtrain.bench.shared import host, plain_job, plans, stats, training_rounds
+from hvdtrain.bench.shared import host, plain_job, plans, stats, trainer_job, training_rounds
 from hvdtrain.bench.shared.training_rounds import PLAIN
 
 
@@ -47,6 +48,20 @@ def test_a_scaling_row_is_the_job_of_median_rate():
     jobs = [{"total_samples_per_sec": {"median": rate}} for rate in (3.0, 1.0, 2.0, 9.0)]
     assert scaling.median_job(jobs[:3]) is jobs[2]
     assert scaling.median_job(jobs) is jobs[2]   # an even count: the lower middle one
+
+
+def test_only_the_training_rounds_time_the_consistency_check(monkeypatch, tmp_path):
+    """bench tax reads the check's cost from the rounds' hvdtrain jobs, which ask for it; the
+    other benchmarks' jobs (phases, network, Horovod's comparison) keep measure's default."""
+    asked: dict = {}
+    default = inspect.signature(trainer_job.measure).parameters["check_cost"].default
+    monkeypatch.setattr(trainer_job, "measure", lambda *a, **k: asked.update(k) or {})
+    training_rounds.measure_job("mlp", 2, plans.QUICK, tmp_path, sys.executable)
+    assert asked["check_cost"] is True
+    # Control: a job launched without asking does not time it.
+    assert trainer_job.job_options(training_rounds.WORKLOADS["mlp"], 2, plans.QUICK,
+                                   tmp_path).get("check_cost") is None
+    assert default is False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,10 +44,12 @@ def rank_main(options: dict[str, Any]) -> None:
                                                 world.rank))
     job = trainer.Trainer(cfg, world, extra_callbacks=[timer])
     summary = job.train()
-    # The consistency check's cost (bench tax), where it acts: at 2 ranks or more.
+    # The consistency check's cost, where asked (the training rounds bench tax reads) and
+    # where the check acts: at 2 ranks or more.
     check = ({"check_seconds_per_epoch": check_cost.epoch_seconds(job.model),
               "record_seconds_per_batch": check_cost.record_seconds_per_batch(
-                  (cfg.train.batch_size, *cfg.data.image_shape))} if world.size > 1 else {})
+                  (cfg.train.batch_size, *cfg.data.image_shape))}
+             if options.get("check_cost") and world.size > 1 else {})
 
     mine = {"rank": world.rank, "params": summary["params"],
             **steps.timed_repeats(timer.epochs, options["warmup_epochs"], cfg.train.batch_size),
@@ -68,15 +70,18 @@ def rank_main(options: dict[str, Any]) -> None:
 def measure(workload: Workload, ranks: int, plan: Plan, work_dir: Path,
             python: str = sys.executable, core: int | None = None, *,
             settings: Sequence[str] = (), launch_with: LaunchWith | None = None,
-            env: Mapping[str, str] | None = None, what: str | None = None) -> dict[str, Any]:
+            env: Mapping[str, str] | None = None, what: str | None = None,
+            check_cost: bool = False) -> dict[str, Any]:
     """One launch of ``ranks`` ranks on ``workload``: the per-rank figures and the totals.
     ``python``: the interpreter (and so the stack) the ranks run on; ``core``: a 1-rank job's
     core (``launch.launch_command``); ``settings``: config settings over the workload's (say
     horovod.bucket_mb=2); ``launch_with``: what starts the ranks instead of the plan's
     launcher on this host (bench network's across namespace hosts), with ``env``; ``what``:
-    the job's name in a failure's message."""
+    the job's name in a failure's message; ``check_cost``: each rank also times the
+    consistency check after training (shared/check_cost.py; bench tax)."""
     options = job_options(workload, ranks, plan, work_dir)
     options["assignments"] += list(settings)
+    options["check_cost"] = check_cost
     raw = run(options, ranks, python, what=what or f"scaling {workload.name} on {ranks} ranks",
               core=core, launch_with=launch_with, env=env)
     rates = steps.repeat_rates(raw["ranks"])

@@ -81,13 +81,14 @@ def round_order(round_index: int, stacks: list[str],
 
 def measure_job(name: str, side: Side, plan: plans.Plan, work_dir: Path,
                 python: str) -> dict[str, Any]:
-    """One job: trainer_job.measure's row at a world size, or plain fit's samples/s and its
-    rank's raw figures."""
+    """One job: trainer_job.measure's row at a world size (with the consistency check's cost,
+    which bench tax reads), or plain fit's samples/s and its rank's raw figures."""
     workload = WORKLOADS[name]
     if side == PLAIN:
         rate, raw = plain_job.measure_plain(workload, plan, work_dir, python)
         return {"samples_per_sec": rate, "raw": raw}
-    return trainer_job.measure(workload, int(side), plan, work_dir, python=python)
+    return trainer_job.measure(workload, int(side), plan, work_dir, python=python,
+                               check_cost=True)
 
 
 def side_label(side: Side) -> str:
