@@ -93,37 +93,34 @@ cli.main()
 """
 
 
-def test_three_ranks_read_disjoint_shares_of_every_source(digit_tree, tmp_path):
-    """Image folders and TFRecord shards (7 files: not a multiple of 3), each at 3 ranks through
-    `hvdtrain train` (one epoch), every rank recording what it reads. (Arrays: every test of 2
-    ranks x B against 1 rank x 2B, which disjoint shares alone pass, and the unit tests of the
-    sharding at any N.)"""
+def test_three_ranks_read_disjoint_shares_of_tfrecord_files_not_a_multiple_of_3(digit_tree,
+                                                                               tmp_path):
+    """TFRecord shards in 7 files (not a multiple of 3) at 3 ranks through `hvdtrain train`
+    (one epoch), every rank recording what it reads. (Image folders: the 2-rank trainings
+    above and below record and check their shares the same way, and test_images.py shards
+    them for 1 to 3 ranks; arrays: every test of 2 ranks x B against 1 rank x 2B, which
+    disjoint shares alone pass, and the unit tests of the sharding at any N.)"""
     shards = convert(digit_tree[0], tmp_path / "shards", "--eval-path", str(digit_tree[1]),
                      "--shards", "7")
-    sources = {"images": images_args(*digit_tree),
-               "tfrecord": ["--data", "tfrecord", "--set", f"data.path={shards}",
-                            "--set", "run.tensorboard=false"]}
-    wholes = {source: whole_split(source, digit_tree, shards) for source in sources}
-    for source, args in sources.items():
-        read = tmp_path / source
-        job = launch("mpi", 3, hvdtrain("train", "--preset", "digits-mlp", "--epochs", "1",
-                                        *args, "--run-dir", str(tmp_path / f"run-{source}")),
-                     env=shard_log(read))
-        assert_ok(job, f"hvdtrain train on {source} at 3 ranks")
-        assert_sharded(read, 3, wholes[source])
-    # Control, on one source (the check reads every source's ids alike): the same launch with
-    # a pipeline that does not shard fails it (with the consistency check off, which would
-    # stop that job itself).
+    args = ["--data", "tfrecord", "--set", f"data.path={shards}", "--set", "run.tensorboard=false"]
+    whole = whole_split("tfrecord", digit_tree, shards)
+    job = launch("mpi", 3, hvdtrain("train", "--preset", "digits-mlp", "--epochs", "1", *args,
+                                    "--run-dir", str(tmp_path / "run")),
+                 env=shard_log(tmp_path / "read"))
+    assert_ok(job, "hvdtrain train on tfrecord at 3 ranks")
+    assert_sharded(tmp_path / "read", 3, whole)
+    # Control: the same launch with a pipeline that does not shard fails the check (with the
+    # consistency check off, which would stop that job itself).
     wrapper = tmp_path / "not_sharded.py"
     wrapper.write_text(NOT_SHARDED)
     job = launch("mpi", 3, [sys.executable, str(wrapper), "train", "--preset", "digits-mlp",
-                            "--epochs", "1", *sources["tfrecord"],
+                            "--epochs", "1", *args,
                             "--set", "train.consistency_check=false",
                             "--run-dir", str(tmp_path / "control")],
                  env=shard_log(tmp_path / "control-read"))
     assert_ok(job, "the control: not sharded")
     with pytest.raises(AssertionError, match="share samples"):
-        assert_sharded(tmp_path / "control-read", 3, wholes["tfrecord"])
+        assert_sharded(tmp_path / "control-read", 3, whole)
 
 
 def convert(src: Path, dst: Path, *args: str) -> Path:
@@ -152,12 +149,14 @@ def _weights(run_dir: Path) -> list[np.ndarray]:
     return exported_model(run_dir).get_weights()
 
 
-@pytest.mark.parametrize("source", ["images", "tfrecord"])
-def test_stop_after_2_and_resume_to_4_equals_4_straight(source, tmp_path):
+def test_stop_after_2_and_resume_to_4_on_shards_equals_4_straight(tmp_path):
+    # On TFRecord shards. The trainer resumes every source alike (the epoch it starts at, into
+    # the source's own stream): arrays resume at 2 ranks in test_multirank.py, and each
+    # source's stream resumed equals the uninterrupted one in its unit tests (test_images.py,
+    # test_data_records.py, test_data_pipelines.py).
     train, evaluation = write_digit_tree(tmp_path / "tree", limit=300)
-    args = (images_args(train, evaluation) if source == "images" else
-            ["--data", "tfrecord", "--set", "run.tensorboard=false", "--set",
-             f"data.path={convert(train, tmp_path / 'shards', '--eval-path', str(evaluation))}"])
+    args = ["--data", "tfrecord", "--set", "run.tensorboard=false", "--set",
+            f"data.path={convert(train, tmp_path / 'shards', '--eval-path', str(evaluation))}"]
     common = ["--preset", "digits-mlp", "--batch-size", "16", *args]
     straight, resumed, reordered = tmp_path / "straight", tmp_path / "resumed", tmp_path / "re"
     assert_ok(launch("mpi", 2, hvdtrain("train", *common, "--epochs", "4",
@@ -171,10 +170,7 @@ def test_stop_after_2_and_resume_to_4_equals_4_straight(source, tmp_path):
     assert re.findall(r"epoch (\d)/4 +loss", job.output) == ["3", "4"]
     for a, b in zip(_weights(straight), _weights(resumed)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
-    # Control (on one source: the check is the same for both): the same resume in another
-    # order ends elsewhere, so the check sees the order.
-    if source != "tfrecord":
-        return
+    # Control: the same resume in another order ends elsewhere, so the check sees the order.
     assert_ok(launch("gloo", 2, hvdtrain("train", *common, "--epochs", "4", "--resume",
                                          "--set", "data.shuffle=false",
                                          "--run-dir", str(reordered))), "resume unshuffled")
