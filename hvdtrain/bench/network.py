@@ -190,17 +190,19 @@ def result_of(how: Choices, machine: dict[str, Any], rounds: list[dict[str, Any]
 
 def markdown(result: dict[str, Any]) -> str:
     """network.md: the figures, then the cost model's predictions beside the measured steps."""
-    overlap = [f"{link['gbit_per_s']:g} Gbit/s {stats.ratio_cell(link['overlap_over_ideal'])}"
-               for link in result["links"] if link.get("overlap_over_ideal")]
+    overlap = [f"{name} at {link['gbit_per_s']:g} Gbit/s {stats.ratio_cell(ratio)}"
+               for link in result["links"]
+               for name, ratio in (link.get("overlap_over_ideal") or {}).items()]
     return "\n".join([
         network_figures.markdown(result), "",
         "The cost model (bench project's) against each link: from the same round's one-host "
         "step and the link's measured rate, the step each system should take "
         f"({result['workload']['gradient_bytes'] / 1e6:,.1f} MB of float32 gradients; "
         "network_projection.py says how):", "", network_projection.table(result)]
-        + (["", "Overlap against its ideal: hvdtrain-overlap's step over max(one-host step, the "
-            "model's transfer), per round (1.0: the transfer wholly hidden, or the compute): "
-            + "; ".join(overlap) + "."] if overlap else []))
+        + (["", "Overlap against its ideal: the step of each system that reduces during "
+            "backprop over max(one-host step, the model's transfer), per round (1.0: the "
+            "transfer wholly hidden, or the compute): " + "; ".join(overlap) + "."]
+           if overlap else []))
 
 
 def plot(out_dir: Path, result: dict[str, Any]) -> None:

@@ -23,7 +23,6 @@ from hvdtrain.bench.shared.cost_model import Link
 from hvdtrain.bench.shared.network_systems import RANKS, System
 
 HEADLINE = "hvdtrain"            # the system whose error is the link's projection_error
-OVERLAP = "hvdtrain-overlap"     # the system held to max(compute, transfer)
 
 
 def link_of(gbit_per_s: float) -> Link:
@@ -74,8 +73,9 @@ def projection(rounds: Sequence[Mapping[str, Any]], gbit_per_s: float,
                gradient_bytes: float) -> dict[str, Any]:
     """One link speed over the rounds, the keys its entry in ``links`` gains: ``projection``,
     each system's predicted and measured step and the error (median, min, max);
-    ``projection_error``, the headline system's error; ``overlap_over_ideal``, the overlap
-    system's step over max(compute, transfer), per round."""
+    ``projection_error``, the headline system's error; ``overlap_over_ideal``, for each system
+    that reduces during backprop (hvdtrain's buckets, Horovod's per-tensor reduction), its step
+    over max(compute, transfer), per round (None where none ran)."""
     key = network_figures.speed_key(gbit_per_s)
     per_round = [round_at(r, key, systems, batch_per_rank, gradient_bytes) for r in rounds]
     by_system = {s.name: {field: stats.summarize([r[s.name][field] for r in per_round])
@@ -83,14 +83,12 @@ def projection(rounds: Sequence[Mapping[str, Any]], gbit_per_s: float,
                                         "measured_step_s", "error")}
                  for s in systems}
     names = [s.name for s in systems]
-    overlap = None
-    if OVERLAP in names:
-        overlap = stats.ratio_summary([
-            r[OVERLAP]["measured_step_s"] / max(r[OVERLAP]["one_host_step_s"],
-                                                r[OVERLAP]["transfer_s"]) for r in per_round])
+    overlap = {s.name: stats.ratio_summary([
+        r[s.name]["measured_step_s"] / max(r[s.name]["one_host_step_s"], r[s.name]["transfer_s"])
+        for r in per_round]) for s in systems if s.overlaps_backprop}
     return {"projection": by_system,
             "projection_error": by_system[HEADLINE]["error"] if HEADLINE in names else None,
-            "overlap_over_ideal": overlap}
+            "overlap_over_ideal": overlap or None}
 
 
 def table(result: Mapping[str, Any]) -> str:
