@@ -102,8 +102,8 @@ def test_run_device_gpu_is_refused_with_one_line_where_there_is_no_gpu(tmp_path)
 @pytest.mark.beside   # no bound on time: off the critical path
 # ResNet-50 on one process: what 2 ranks add (rank 0's state broadcast, the gradients reduced,
 # BatchNormalization's statistics, the consistency check over every variable) is the same
-# work on the two convolutional models with BatchNormalization before it; ResNet-50's 2-rank
-# step took 52 s of make test on 2 cores, one process 13 s alone.
+# work on the two convolutional models with BatchNormalization before it, and ResNet-50's
+# 2-rank step was the beside lane's longest test (benchmarks/results/test_lanes.md).
 @pytest.mark.parametrize("model, ranks", [("resnet_small", 2), ("mobilenetv2", 2),
                                           ("resnet50", 1)])
 def test_each_bundled_model_trains_one_step(model, ranks, tmp_path):
