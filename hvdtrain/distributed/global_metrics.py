@@ -13,7 +13,8 @@ why ``dist.fit_callbacks(global_metrics=False)`` turns it off.
 from __future__ import annotations
 
 import functools
-from typing import Any
+import inspect
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -62,12 +63,23 @@ def add_over_ranks(variables: list[Any], summed: list[np.ndarray] | None) -> boo
 
 
 HELD = "_hvdtrain_global_metrics"  # on the model: how many GlobalMetrics hold it global now
+IN_STEP = "_hvdtrain_in_step"      # on the model: a train or test step runs now
+
+
+def _set(model: Any, name: str, value: Any) -> None:
+    # Set around Keras' attribute tracking: the model's own from now on.
+    object.__setattr__(model, name, value)
 
 
 def make_metrics_global(model: Any) -> None:
-    """``model``'s metric results, wherever Keras reads them outside a traced step while a
+    """``model``'s metric results, wherever Keras reads them outside a step while a
     ``GlobalMetrics`` holds it (fit's epoch ends and validation, an evaluate() given one), come
-    from their state added over the ranks first."""
+    from their state added over the ranks first. Inside a step (``run_eagerly=True`` reads the
+    results after every batch) they stay the rank's own, or every batch would be added again.
+    A hold lasts no longer than the call it began in, also when that call raises: the model's
+    ``fit``, ``train_on_batch`` and ``test_on_batch`` start without one, and its ``evaluate``
+    keeps the one it is in (fit's validation) only when given a GlobalMetrics (fit passes its
+    own callbacks)."""
     read = model.get_metrics_result
     if getattr(read, "hvdtrain_global", False):
         return
@@ -76,15 +88,49 @@ def make_metrics_global(model: Any) -> None:
     @functools.wraps(read)
     def get_metrics_result() -> Any:
         # Horovod: alone, a rank's state is the global one; traced, Keras reads per step.
-        if getattr(model, HELD, 0) and tf.executing_eagerly() and hvd.size() > 1:
+        if (getattr(model, HELD, 0) and not getattr(model, IN_STEP, False)
+                and tf.executing_eagerly() and hvd.size() > 1):
             variables = metric_variables(model)
             if add_over_ranks(variables, summed[0]):
                 summed[0] = [np.asarray(v.numpy()) for v in variables]
         return read()
 
     get_metrics_result.hvdtrain_global = True  # type: ignore[attr-defined]
-    # Set around Keras' attribute tracking: the model's own from now on.
-    object.__setattr__(model, "get_metrics_result", get_metrics_result)
+    _set(model, "get_metrics_result", get_metrics_result)
+    _set(model, "fit", scoped(model, model.fit, keep=lambda _: False, after=lambda _: 0))
+    _set(model, "evaluate", scoped(model, model.evaluate, keep=holds, after=lambda held: held))
+    for name in ("train_on_batch", "test_on_batch"):
+        _set(model, name, scoped(model, getattr(model, name), keep=lambda _: False,
+                                 after=lambda held: held))
+
+
+def holds(callbacks: Any) -> bool:
+    """Whether ``callbacks`` (a list, or the CallbackList fit gives its validation) hold a
+    GlobalMetrics."""
+    return any(isinstance(c, GlobalMetrics)
+               for c in (getattr(callbacks, "callbacks", callbacks) or ()))
+
+
+def scoped(model: Any, method: Callable, *, keep: Callable[[Any], bool],
+           after: Callable[[int], int]) -> Callable:
+    """``method`` run with the model's hold kept if ``keep(its callbacks)``, else none, and
+    set to ``after(the hold it found)`` when it returns or raises."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        held = getattr(model, HELD, 0)
+        try:
+            given = signature.bind_partial(*args, **kwargs).arguments.get("callbacks")
+        except TypeError:
+            given = None   # Keras reports the bad arguments itself
+        _set(model, HELD, held if keep(given) else 0)
+        _set(model, IN_STEP, False)   # a step that raised ended with its call
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _set(model, HELD, after(held))
+    return call
 
 
 class GlobalMetrics(tf.keras.callbacks.Callback):
@@ -99,7 +145,10 @@ class GlobalMetrics(tf.keras.callbacks.Callback):
 
     def _hold(self, change: int) -> None:
         make_metrics_global(self.model)
-        object.__setattr__(self.model, HELD, getattr(self.model, HELD, 0) + change)
+        _set(self.model, HELD, getattr(self.model, HELD, 0) + change)
+
+    def _step(self, running: bool) -> None:
+        _set(self.model, IN_STEP, running)
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.training = True
@@ -116,3 +165,15 @@ class GlobalMetrics(tf.keras.callbacks.Callback):
     def on_test_end(self, logs: dict | None = None) -> None:
         if not self.training:
             self._hold(-1)
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self._step(True)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._step(False)
+
+    def on_test_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self._step(True)
+
+    def on_test_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._step(False)
