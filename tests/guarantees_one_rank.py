@@ -2,8 +2,10 @@
 those list, which the consistency check must stop in one line. What one rank does alone (a
 callback on rank 0 changing the learning rate or stopping, initial_epoch or validation_data on
 rank 0 only), scripts that never distribute (compile("adam"), the same arrays on every rank),
-metrics that are not means of the ranks' own (AUC, precision, recall), and the check's controls:
-a weight changed on rank 1 in fit, in an own tape loop and in hvdtrain's custom loop.
+metrics that are not means of the ranks' own (AUC, precision, recall; also read eagerly, and
+an evaluate() on rank 0 alone after a fit that stopped), and the check's controls:
+a weight changed on rank 1 in fit (also in a late epoch, which the check's cadence may reach
+only at the end of training), in an own tape loop and in hvdtrain's custom loop.
 """
 from __future__ import annotations
 
@@ -93,6 +95,24 @@ def control_divergence_fit(ctx):
         lambda rank: [on_rank(ctx, 1, nudge, at="batch")])))
 
 
+@case("control_divergence_late", "control: a weight changed on rank 1 only, in a late epoch",
+      NONE, """The same change in the last of 5 short epochs, whose ends the check's cadence
+      passes over (their training is too short to pay for comparing every weight): every rank
+      must stop at the end of training at the latest, naming that variable.""")
+def control_divergence_late(ctx):
+    tf = ctx.tf
+
+    class LateNudge(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if ctx.rank == 1 and self.epoch == 4 and batch == 1:
+                nudge(self.model)
+    return outcome(fit_pattern(ctx, standard(mlp), reference=False, fit_kw=lambda rank: {
+        "epochs": 5, "callbacks": [LateNudge()] if rank is not None else []}))
+
+
 @case("stop_training_rank0", "`stop_training` (EarlyStopping) on rank 0 only", NONE,
       """A callback on rank 0 alone sets model.stop_training at epoch 1's end: rank 0 leaves
       the loop while the other rank starts epoch 2. Every rank stops with one line instead of
@@ -131,6 +151,18 @@ def validation_data_rank0(ctx):
       the global batches: each metric's state is added over the ranks before its result is
       read.""")
 def metrics_global(ctx):
+    return global_metrics(ctx, eager=False)
+
+
+@case("metrics_global_eager", "AUC, precision and recall with `run_eagerly=True`", EXACT,
+      """The same with compile(run_eagerly=True), where Keras reads the metrics' results
+      after every batch, outside a traced step: they must still come out as 1 rank's at 2B,
+      each sample counted once.""")
+def metrics_global_eager(ctx):
+    return global_metrics(ctx, eager=True)
+
+
+def global_metrics(ctx: Context, *, eager: bool) -> Outcome:
     tf = ctx.tf
     xs, ys = data()
     ys = (ys % 2).astype("float32")
@@ -144,6 +176,7 @@ def metrics_global(ctx):
         opt = sgd(tf)
         model.compile(ctx.dist.distributed_optimizer(opt) if rank is not None else opt,
                       tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=False,
+                      run_eagerly=eager,
                       metrics=[tf.keras.metrics.AUC(from_logits=True, name="auc"),
                                tf.keras.metrics.Precision(thresholds=0.0, name="precision"),
                                tf.keras.metrics.Recall(thresholds=0.0, name="recall")])
@@ -174,6 +207,36 @@ def metrics_global(ctx):
     checks["control: the mean of per-rank AUCs differs"] = [
         bool(abs(mean - ref_scores["auc"]) > 1e-4), f"{mean:.6f} vs {ref_scores['auc']:.6f}"]
     return Outcome(model.get_weights(), reference.get_weights(), checks)
+
+
+@case("evaluate_rank0_after_stop", "`evaluate()` on rank 0 alone after a `fit` that stopped",
+      NONE, """fit with dist.fit_callbacks() stops on every rank (initial_epoch on rank 0
+      only), the script catches hvdtrain's error, and rank 0 alone evaluates: its evaluate()
+      must return rank 0's own metrics, not wait for the other rank in the metrics' sum (fit
+      ended without its end, where the global metrics are let go).""")
+def evaluate_rank0_after_stop(ctx):
+    from hvdtrain.errors import UserError
+    tf = ctx.tf
+    xs, ys = data()
+    tf.keras.utils.set_random_seed(SEED)   # the same start: fit stops before its broadcast
+    model = mlp(ctx, "rank")
+    model.compile(ctx.dist.distributed_optimizer(sgd(tf)), loss(tf), metrics=["accuracy"],
+                  jit_compile=False)
+    mine = rows(ctx.rank)
+    stopped = ""
+    try:
+        model.fit(xs[mine], ys[mine], batch_size=BATCH, epochs=3, shuffle=False, verbose=0,
+                  initial_epoch=1 if ctx.rank == 0 else 0, callbacks=ctx.dist.fit_callbacks())
+    except UserError as e:
+        stopped = str(e)
+    checks = {"fit stopped on every rank": [bool(stopped), stopped[:60]]}
+    if ctx.rank == 0:
+        scores = model.evaluate(xs[mine], ys[mine], batch_size=BATCH, verbose=0,
+                                return_dict=True)
+        own = float(loss(tf)(ys[mine], model.predict(xs[mine], verbose=0)))
+        checks["rank 0's evaluate() alone gives its own loss"] = [
+            bool(abs(scores["loss"] - own) < 1e-5), f"{scores['loss']:.6f} vs {own:.6f}"]
+    return Outcome(model.get_weights(), None, checks)
 
 
 def own_loop(ctx: Context, check: Callable[[Any, Any, int], None]) -> Any:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -190,30 +189,35 @@ def markdown(result: dict[str, Any]) -> str:
 
 def check_lines(result: dict[str, Any]) -> list[str]:
     """The consistency check's cost at 2 ranks: a paragraph and a table (none in a result
-    from before it was measured)."""
+    from before it was measured with its cadence)."""
     cell = stats.range_cell
-    rows = [[r["model"], r["stack"], cell(c["seconds_per_epoch"], lambda s: f"{s * 1e3:.1f}"),
-             cell(c["epoch_share"], lambda x: f"{x:.1%}"),
-             cell(c["steps_for_target"], lambda n: f"{math.ceil(n)}"),
+    rows = [[r["model"], r["stack"], cell(c["full_seconds"], lambda s: f"{s * 1e3:.1f}"),
+             cell(c["full_share"], lambda x: f"{x:.1%}"),
+             cell(c["epochs_between"], lambda n: f"{n:.0f}"),
+             cell(c["epoch_share"], lambda x: f"{x:.2%}"),
              cell(c["first_epoch_step_share"], lambda x: f"{x:.2%}")]
-            for r in result["results"] if (c := r.get("consistency_check"))]
+            for r in result["results"] if "full_seconds" in (c := r.get("consistency_check", {}))]
     if not rows:
         return []
     steps = result["plan"]["steps_per_repeat"] + 1
     return ["", f"The consistency check's cost, in the same rounds' 2-rank hvdtrain jobs (the "
                 f"check acts only where there are 2 ranks; the slowest rank's figure, median "
-                f"over rounds; hvdtrain/bench/shared/check_cost.py): its work at each epoch "
-                f"(the real callback's hooks at the epoch's first step and end: checksums of "
-                f"every trainable variable and two all-gathers, driven after training with the "
-                f"ranks in step); its share of a timed epoch here ({steps} steps); the steps an "
-                f"epoch needs for that work to stay under {check_cost.TARGET:.1%} of it; and "
-                f"the first epoch's in-graph record of each batch (timed alone) as a share of a "
-                f"step. Each: the median over rounds (the lowest to the highest). Off: "
+                f"over rounds; hvdtrain/bench/shared/check_cost.py), driven after training "
+                f"with the ranks in step: its full comparison at an epoch's end (checksums of "
+                f"every trainable variable and an all-gather) and that comparison's share of a "
+                f"timed epoch here ({steps} steps); the epochs its cadence trains between full "
+                f"comparisons at that epoch length (hvdtrain/distributed/check_cadence.py: "
+                f"always at the first epoch's end and the end of training); the check's share "
+                f"of a training, each epoch's start (an all-gather) and the full comparison "
+                f"once every so many epochs, against {check_cost.TARGET:.1%}; and the first "
+                f"epoch's in-graph record of each batch (timed alone) as a share of a step. "
+                f"Each: the median over rounds (the lowest to the highest). Off: "
                 f"`dist.fit_callbacks(consistency_check=False)`, "
                 f"`--set train.consistency_check=false`.", "",
-            report.markdown_table(["model", "stack", "check ms per epoch",
-                                   f"share of a {steps}-step epoch",
-                                   f"steps per epoch for < {check_cost.TARGET:.1%}",
+            report.markdown_table(["model", "stack", "full comparison ms",
+                                   f"its share of a {steps}-step epoch",
+                                   "epochs between full comparisons",
+                                   f"share of a training (< {check_cost.TARGET:.1%})",
                                    "first epoch: record's share of a step"], rows)]
 
 

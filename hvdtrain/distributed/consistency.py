@@ -14,15 +14,19 @@ first thing that differs and its likely cause:
   is taken by every rank; another hyperparameter that differs stops the job);
 - before a validation inside ``fit``: every rank validates (``validation_data`` on some ranks
   only would leave the others waiting in a collective);
-- at each epoch's end and at the end of training: every trainable variable and hyperparameter.
+- at the first epoch's end, at the end of training, and at the epoch ends between as often as
+  ``check_cadence.py`` finds cheap (every epoch's end once epochs are long): every trainable
+  variable and hyperparameter.
 
-Its cost: a hash of each batch's inputs during the first epoch of a ``fit``, then one pass
-over the weights and one small all-gather per epoch. Off:
+Its cost: a hash of each batch's inputs during the first epoch of a ``fit``, one small
+all-gather at each epoch's start, and one pass over the weights at most ``check_cadence.SHARE``
+of the training time. Off:
 ``dist.fit_callbacks(consistency_check=False)``, ``--set train.consistency_check=false``.
 """
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,6 +36,7 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 from hvdtrain.distributed.batch_record import BatchRecord, batch_record
+from hvdtrain.distributed.check_cadence import Cadence
 from hvdtrain.distributed.divergence import (OFF, UNREDUCED, UNSHARDED, Snapshot,
                                              difference_problem, differing_hyperparameters,
                                              phase_problem, repeated_problem, same_batches,
@@ -84,9 +89,10 @@ def gather(snapshot: Snapshot) -> list[Snapshot]:
 
 
 def snapshot(phase: tuple, variables: Sequence[Any] = (), optimizer: Any = None,
-             batch: tuple[float, ...] = (), samples: tuple[int, ...] = ()) -> Snapshot:
+             batch: tuple[float, ...] = (), samples: tuple[int, ...] = (),
+             due: bool = True) -> Snapshot:
     return Snapshot(phase, tuple(getattr(v, "path", v.name) for v in variables),
-                    checksums(variables), hyperparameters(optimizer), batch, samples)
+                    checksums(variables), hyperparameters(optimizer), batch, samples, due)
 
 
 def compare(phase: tuple, when: str, variables: Sequence[Any], optimizer: Any,
@@ -159,6 +165,7 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
         self.repeated_samples_stop = repeated_samples_stop
         self.epoch, self.first_step, self.first_epoch, self.training = 0, True, True, False
         self.record: BatchRecord | None = None
+        self.cadence, self.due, self.fresh, self.epoch_began = Cadence(), True, False, 0.0
 
     @property
     def optimizer(self) -> Any:
@@ -180,7 +187,7 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
         self.record = batch_record(self.model)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self.epoch = epoch
+        self.epoch, self.epoch_began = epoch, time.monotonic()
 
     def on_test_begin(self, logs: dict | None = None) -> None:
         if self.training and self._active():  # fit's validation, not an evaluate() of one's own
@@ -191,13 +198,16 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if batch != 0 or not self._active():
             return
-        snapshots = gather(snapshot(("epoch", self.epoch), (), self.optimizer))
+        snapshots = gather(snapshot(("epoch", self.epoch), (), self.optimizer,
+                                    due=self.cadence.due(time.monotonic())))
         problem = phase_problem(snapshots)
         if problem:
             raise UserError(problem, shared=True)
+        self.due = snapshots[0].due   # rank 0's clock decides for every rank
         take_root_learning_rate(self.optimizer, snapshots, self.epoch)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.fresh = False
         if not self.first_step or not self._active():
             return
         self.first_step = False
@@ -217,17 +227,23 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if not self._active():
             return
+        began = time.monotonic()
+        self.cadence.epoch_ended(began - self.epoch_began)
+        if not (self.due or self.first_epoch):
+            return
         samples = self.record.first_epoch() if self.record and self.first_epoch else ()
         self.first_epoch = False
         compare(("epoch end", epoch), f"after epoch {epoch + 1}",
                 self.model.trainable_variables, self.optimizer, samples,
                 repeated_stops=self.repeated_samples_stop)
+        self.cadence.checked(began, time.monotonic())
+        self.fresh = True
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.training = False
-        if self._active():
-            compare(("end",), "at the end of training", self.model.trainable_variables,
-                    self.optimizer)
+        if self._active():   # the weights again unless no step ran since they were compared
+            compare(("end",), "at the end of training",
+                    () if self.fresh else self.model.trainable_variables, self.optimizer)
 
 
 def take_root_learning_rate(optimizer: Any, snapshots: list[Snapshot], epoch: int) -> None:

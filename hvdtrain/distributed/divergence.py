@@ -30,6 +30,7 @@ class Snapshot:
     hyperparameters: dict = field(default_factory=dict)
     batch: tuple[float, ...] = ()
     samples: tuple[int, ...] = ()   # the MinHash signature of the samples of its first epoch
+    due: bool = True   # at an epoch's start: whether its end compares every weight (rank 0's)
 
 
 def _differs(a: float, b: float, scale: float) -> bool:

@@ -77,7 +77,8 @@ def fake_launches(monkeypatch) -> list[tuple[str, str, object]]:
         launched.append((name, python, side))
         rate = float(next(rates))
         raw = {"params": 10, "step_seconds_median": 0.1, "between_steps_seconds_median": 0.01,
-               "check_seconds_per_epoch": 0.001, "seconds": [0.9, 1.0, 1.1],
+               "check_start_seconds": 0.0001, "check_full_seconds": 0.001,
+               "check_epochs_between": 1, "seconds": [0.9, 1.0, 1.1],
                "record_seconds_per_batch": 0.001}
         if side == PLAIN:
             return {"samples_per_sec": rate, "raw": raw}

@@ -36,28 +36,33 @@ def test_the_tax_table_prints_the_verdict_and_the_step_breakdown():
     assert "TensorFlow 2.20.0, Keras 3.15.1" in tax.markdown(taxed)
 
 
-def test_the_consistency_checks_cost_is_the_slowest_ranks_share_of_an_epoch_and_a_step():
-    # Rank 1's check took 5 ms an epoch, whose median timed one took 1 s (0.5%), at 100 ms a
-    # step: 10 steps an epoch keep it at 0.5%.
-    ranks = [{"check_seconds_per_epoch": 0.002, "seconds": [0.8, 1.0, 3.0],
+def test_the_consistency_checks_cost_is_the_slowest_ranks_share_of_a_training_at_its_cadence():
+    # Rank 1's full comparison took 20 ms, whose median timed epoch took 1 s (2%); rank 0's
+    # cadence compares every 5 epochs, and each epoch's start costs rank 1 1 ms: 0.5% of a
+    # training. The record: 2 ms of a 100 ms step.
+    ranks = [{"check_start_seconds": 0.0005, "check_full_seconds": 0.01,
+              "check_epochs_between": 5, "seconds": [0.8, 1.0, 3.0],
               "record_seconds_per_batch": 0.002, "step_seconds_median": 0.1},
-             {"check_seconds_per_epoch": 0.005, "seconds": [1.0, 1.0, 1.2],
+             {"check_start_seconds": 0.001, "check_full_seconds": 0.02,
+              "check_epochs_between": 9, "seconds": [1.0, 1.0, 1.2],
               "record_seconds_per_batch": 0.001, "step_seconds_median": 0.1}]
     shares = check_cost.round_shares(ranks)
-    assert shares == pytest.approx({"seconds_per_epoch": 0.005, "epoch_share": 0.005,
-                                    "steps_for_target": 10, "first_epoch_step_share": 0.02})
+    assert shares == pytest.approx({"full_seconds": 0.02, "full_share": 0.02,
+                                    "epochs_between": 5, "epoch_share": 0.005,
+                                    "first_epoch_step_share": 0.02})
     rounds = [{"plain": 100.0, "hvdtrain": 98.0, "check": shares}] * 3
     taxed = tax_result(MACHINE, rounds)
     taxed["results"][0]["consistency_check"] = tax.check_summary(rounds)
-    assert ("| m | keras3 | 5.0 (5.0 to 5.0) | 0.5% (0.5% to 0.5%) | 10 (10 to 10) "
-            "| 2.00% (2.00% to 2.00%) |") in tax.markdown(taxed)
-    assert "share of a 9-step epoch" in tax.markdown(taxed)
+    assert ("| m | keras3 | 20.0 (20.0 to 20.0) | 2.0% (2.0% to 2.0%) | 5 (5 to 5) "
+            "| 0.50% (0.50% to 0.50%) | 2.00% (2.00% to 2.00%) |") in tax.markdown(taxed)
+    assert "its share of a 9-step epoch" in tax.markdown(taxed)
     # Control: with rank 1's check ten times cheaper, rank 0's is the slowest.
-    ranks[1]["check_seconds_per_epoch"] = 0.0005
+    for key in ("check_start_seconds", "check_full_seconds"):
+        ranks[1][key] /= 10
     rounds = [{"plain": 100.0, "hvdtrain": 98.0, "check": check_cost.round_shares(ranks)}] * 3
     taxed["results"][0]["consistency_check"] = tax.check_summary(rounds)
-    assert ("| m | keras3 | 2.0 (2.0 to 2.0) | 0.2% (0.2% to 0.2%) | 4 (4 to 4) "
-            "| 2.00% (2.00% to 2.00%) |") in tax.markdown(taxed)
+    assert ("| m | keras3 | 10.0 (10.0 to 10.0) | 1.0% (1.0% to 1.0%) | 5 (5 to 5) "
+            "| 0.25% (0.25% to 0.25%) | 2.00% (2.00% to 2.00%) |") in tax.markdown(taxed)
 
 
 def tax_result(machine: dict, rounds: list[dict]) -> dict:

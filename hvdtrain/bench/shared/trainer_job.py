@@ -13,6 +13,7 @@ repeat, never rank 0's rate times N.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -46,13 +47,14 @@ def rank_main(options: dict[str, Any]) -> None:
     summary = job.train()
     # The consistency check's cost, where asked (the training rounds bench tax reads) and
     # where the check acts: at 2 ranks or more.
-    check = ({"check_seconds_per_epoch": check_cost.epoch_seconds(job.model),
+    timed = steps.timed_repeats(timer.epochs, options["warmup_epochs"], cfg.train.batch_size)
+    check = ({**check_cost.epoch_seconds(job.model, statistics.median(timed["seconds"])),
               "record_seconds_per_batch": check_cost.record_seconds_per_batch(
                   (cfg.train.batch_size, *cfg.data.image_shape))}
              if options.get("check_cost") and world.size > 1 else {})
 
     mine = {"rank": world.rank, "params": summary["params"],
-            **steps.timed_repeats(timer.epochs, options["warmup_epochs"], cfg.train.batch_size),
+            **timed,
             **steps.step_breakdown(timer.starts, timer.epochs, options["warmup_epochs"]),
             **check,
             "cores": sorted(os.sched_getaffinity(0)), "pinned_by_hvdtrain_bench": pinned,
