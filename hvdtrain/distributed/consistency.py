@@ -19,8 +19,8 @@ first thing that differs and its likely cause:
   variable and hyperparameter.
 
 Its cost: a hash of each batch's inputs during the first epoch of a ``fit``, one small
-all-gather at each epoch's start, and one pass over the weights at most ``check_cadence.SHARE``
-of the training time. Off:
+all-gather at each epoch's start, and passes over the weights: together at most
+``check_cadence.SHARE`` of the training time. Off:
 ``dist.fit_callbacks(consistency_check=False)``, ``--set train.consistency_check=false``.
 """
 from __future__ import annotations
@@ -198,13 +198,15 @@ class ConsistencyCheck(tf.keras.callbacks.Callback):
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if batch != 0 or not self._active():
             return
+        began = time.monotonic()
         snapshots = gather(snapshot(("epoch", self.epoch), (), self.optimizer,
-                                    due=self.cadence.due(time.monotonic())))
+                                    due=self.cadence.due(began)))
         problem = phase_problem(snapshots)
         if problem:
             raise UserError(problem, shared=True)
         self.due = snapshots[0].due   # rank 0's clock decides for every rank
         take_root_learning_rate(self.optimizer, snapshots, self.epoch)
+        self.cadence.started(time.monotonic() - began)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self.fresh = False

@@ -70,7 +70,8 @@ def epoch_seconds(model: Any, epoch: float, repeats: int = 10) -> dict[str, floa
     figures = {"check_start_seconds": mean_seconds(start, repeats),
                "check_full_seconds": mean_seconds(full, repeats)}
     return {**figures,
-            "check_epochs_between": epochs_between(figures["check_full_seconds"], epoch)}
+            "check_epochs_between": epochs_between(figures["check_full_seconds"], epoch,
+                                                   figures["check_start_seconds"])}
 
 
 def round_shares(ranks: Sequence[dict[str, Any]]) -> dict[str, float]:
