@@ -40,6 +40,15 @@ RANK_ENV_DEFAULTS = {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": 
 #   and the few collectives left (the broadcast at the start, each epoch's metrics) wait at most
 #   a cycle each. Measured: benchmarks/results/tax.md (bench tax).
 ALONE_CYCLE_MS = "5"
+# - Open MPI's all-reduce for two ranks on two hosts (mpirun: one rank a host): recursive
+#   doubling, where each rank sends its whole buffer once and both directions of the link carry
+#   it at once. Open MPI's own choice there (and ring, reduce-then-broadcast, Rabenseifner) took
+#   1.2 to 1.4 times the link's time for MobileNetV2's 14 MB over TCP; recursive doubling 0.9
+#   to 1.0 (benchmarks/results/network-mpi-allreduce). Larger jobs keep Open MPI's choice: there
+#   recursive doubling sends more, and nothing here measured them. Any OMPI_MCA_coll_tuned_*
+#   of the user's or the launcher's leaves Open MPI's decisions alone.
+TWO_HOSTS_ALLREDUCE = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                       "OMPI_MCA_coll_tuned_allreduce_algorithm": "3"}
 
 
 def from_config(options: HorovodConfig, *, stall_warning_s: int,
@@ -74,10 +83,19 @@ def rank_environment(options: HorovodConfig, environ: Mapping[str, str], *,
     # Horovod: elastic training may add workers to a job that started alone.
     if placement.launcher_size(environ) == 1 and not int(environ.get("HOROVOD_ELASTIC", 0)):
         defaults["HOROVOD_CYCLE_TIME"] = ALONE_CYCLE_MS
+    if two_ranks_on_two_hosts(environ) and not any(
+            name.startswith("OMPI_MCA_coll_tuned_") for name in environ):
+        defaults.update(TWO_HOSTS_ALLREDUCE)
     for name, value in defaults.items():
         if name not in environ and name not in env:
             env[name] = value
     return env
+
+
+def two_ranks_on_two_hosts(environ: Mapping[str, str]) -> bool:
+    """Whether Open MPI's mpirun started this rank as one of two, each on a host of its own."""
+    return (environ.get("OMPI_COMM_WORLD_SIZE") == "2"
+            and environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == "1")
 
 
 def stall_abort_in_force(environ: Mapping[str, str]) -> int:

@@ -36,6 +36,21 @@ def test_a_process_alone_gets_a_long_cycle_unless_elastic():
         HorovodConfig(), {"HOROVOD_CYCLE_TIME": "1"})
 
 
+def test_two_ranks_on_two_hosts_under_mpirun_all_reduce_by_recursive_doubling():
+    two_hosts = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}
+    env = rank_env.rank_environment(HorovodConfig(), two_hosts)
+    assert {k: env[k] for k in rank_env.TWO_HOSTS_ALLREDUCE} == {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+        "OMPI_MCA_coll_tuned_allreduce_algorithm": "3"}
+    # Controls: two ranks on one host, four ranks on two hosts, and a coll_tuned setting of
+    # the user's keep Open MPI's own choice.
+    for other in ({**two_hosts, "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, TWO_RANKS,
+                  {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+                  {**two_hosts, "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}):
+        env = rank_env.rank_environment(HorovodConfig(), other)
+        assert not any(k.startswith("OMPI_MCA_coll_tuned_") for k in env), other
+
+
 def test_the_launchers_or_users_settings_beat_the_launch_defaults():
     mine = {"OMPI_MCA_mpi_yield_when_idle": "0", "HOROVOD_CYCLE_TIME": "5"}
     env = rank_env.rank_environment(HorovodConfig(), mine)
