@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from binding_models import BUCKET_CASES, FEATURES, bucket_model, no_input_model
+from stack import keras3
 
 
 def two_rank_checks(dist, rank: int) -> dict:
@@ -33,7 +34,7 @@ def two_rank_checks(dist, rank: int) -> dict:
                   jit_compile=refusal(lambda: jit_compiled_fit(dist)))
     checks["buckets"] = {case: bucket_ops(dist, bucket_mb)
                          for case, bucket_mb in BUCKET_CASES.items()}
-    if dist.keras_version().startswith("3."):
+    if keras3():
         checks.update(metric_checks(dist, rank))
     return checks
 
@@ -191,7 +192,7 @@ def refusal_checks(dist) -> dict:
         "bucket_mb_tape": refusal(lambda: dist.distributed_tape(
             tf.GradientTape(), HorovodConfig(bucket_mb=1.0))),
     }
-    if dist.keras_version().startswith("3."):
+    if keras3():
         pi = tf.constant([3.14159265], tf.float32)
         checks["unscale"] = refusal(lambda: dist.unscale_gradients(
             tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1)), [pi]))

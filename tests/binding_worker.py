@@ -16,6 +16,7 @@ from binding_models import (BUCKET_CASES, CLASSES, FEATURES, bucket_model, data,
 # The CLI's --model binding_worker:dense_first_on_input (test_binding.py) finds it here.
 from binding_models import dense_first_on_input  # noqa: F401
 from hvdtrain.launch import rank_process  # TensorFlow loads in main(), through rank_process
+from stack import keras3
 
 
 def train(model, dist, world, options, batch: int, epochs: int = 2, check: bool = True):
@@ -139,7 +140,7 @@ def user_step_cases(dist, world, options, batch: int, out: Path) -> dict:
     save["extra_model_first"] = train(no_input_model(), dist, world, options, batch).get_weights()
     save["loaded_on_rank0"] = loaded_on_rank0(dist, world, options, batch, out)
     save["dropout_masks"] = dropout_masks(dist, world, options, batch)
-    if dist.keras_version().startswith("3."):
+    if keras3():
         save["loaded_model"] = loaded_model(dist, world, options, batch, out)
     return save
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import LAUNCHERS, keras_major, skip_unless_optional
+from helpers import LAUNCHERS, skip_unless_optional
+from stack import keras3
 from hvdtrain.launch import rank_process
 
 
@@ -41,7 +42,7 @@ def deselect(config, items, dropped) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    if keras_major() < 3:   # what applies to one stack is deselected on the other
+    if not keras3():   # what applies to one stack is deselected on the other
         deselect(config, items, {i.nodeid for i in items if "keras3_only" in i.keywords})
     turns = config.getoption("--launcher-turns")
     if turns is None:

@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from guarantees_patterns import (data, dropout_model, first_line, fit_pattern, keras3, mlp,
-                                 outcome, rows, seeded_alike_fit, standard)
+from guarantees_patterns import (data, dropout_model, first_line, fit_pattern, mlp, outcome,
+                                 rows, seeded_alike_fit, standard)
 from guarantees_registry import BATCH, NONE, ROWS, Context, NotOffered, Outcome, case
+from stack import keras3
 
 
 @case("unequal_batches", "unequal batch counts (33 and 32 rows, batch 8)", NONE,
@@ -63,7 +64,7 @@ def unequal_batches_unknown_length(ctx):
       naming each rank's step count. The check of the weights at the epoch's end is off
       (consistency_check=False), so that nothing else catches it.""")
 def unequal_batches_steps_per_execution(ctx):
-    if not keras3(ctx):
+    if not keras3():
         raise NotOffered("Keras 2's fit refuses data of unknown length with "
                          "steps_per_execution > 1")
     picked = rows(0)[:-BATCH] if ctx.rank == 0 else rows(ctx.rank)

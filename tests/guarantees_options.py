@@ -6,9 +6,10 @@ only, or one model more built there first.
 """
 from __future__ import annotations
 
-from guarantees_patterns import (adam, fit_pattern, keras3, mlp, outcome, own_step_model, sgd,
-                                 standard, trained_elsewhere)
+from guarantees_patterns import (adam, fit_pattern, mlp, outcome, own_step_model, sgd, standard,
+                                 trained_elsewhere)
 from guarantees_registry import EXACT, NONE, NotOffered, case
+from stack import keras3
 
 
 @case("fp16_compression", "fp16 compression", NONE,
@@ -93,7 +94,7 @@ def restore_checkpoint(ctx):
       """An optimizer built with gradient_accumulation_steps=2 (Keras 3's own accumulation)
       given to dist.distributed_optimizer; the reference accumulates the same way at 2B.""")
 def grad_accumulation_optimizer(ctx):
-    if not keras3(ctx):
+    if not keras3():
         raise NotOffered("Keras 2's optimizers have no gradient_accumulation_steps")
     return outcome(fit_pattern(ctx, standard(
         mlp, optimizer=lambda: sgd(ctx.tf, gradient_accumulation_steps=2))))
@@ -107,7 +108,7 @@ def backward_passes_per_step(ctx):
     tf = ctx.tf
     return outcome(fit_pattern(ctx, standard(
         mlp, options=HorovodConfig(backward_passes_per_step=2),
-        optimizer=lambda: sgd(tf, **({"gradient_accumulation_steps": 2} if keras3(ctx)
+        optimizer=lambda: sgd(tf, **({"gradient_accumulation_steps": 2} if keras3()
                                      else {})))))
 
 

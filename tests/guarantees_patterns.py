@@ -62,10 +62,6 @@ def largest(a: list, b: list) -> float:
                 for x, y in zip(a, b) if np.size(x)), default=0.0)
 
 
-def keras3(ctx: Context) -> bool:
-    return ctx.dist.keras_version().startswith("3.")
-
-
 # ---------------------------------------------------------------------------------------------
 # The library path, and the reference beside it
 

@@ -33,12 +33,6 @@ ROOT = TESTS.parent   # the checkout
 LAUNCHERS = list(launchers.MULTI_RANK)  # the tests' launcher parameter: [mpi], [gloo]
 
 
-def keras_major() -> int:
-    """The installed Keras's major version, read from its metadata (no TensorFlow import)."""
-    import importlib.metadata
-    return int(importlib.metadata.version("keras").split(".")[0])
-
-
 launcher_env = launchers.launch_env
 
 

@@ -13,7 +13,7 @@ hvdtrain's own, on Horovod's plain collectives, for Keras 3 (TensorFlow 2.16+).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hvdtrain.distributed import binding
 from hvdtrain.distributed.agreement import (agree_or_fail, check_same_config, lost_a_rank,
@@ -21,12 +21,9 @@ from hvdtrain.distributed.agreement import (agree_or_fail, check_same_config, lo
 from hvdtrain.distributed.batch_norm import (average_statistics, normalization_statistics,
                                              statistics_average_callback)
 # The Keras-dependent half: callers write dist.distributed_optimizer and so on.
-from hvdtrain.distributed.binding import (apply_scaled_gradients, broadcast_variables,
-                                          distributed_optimizer, distributed_tape,
-                                          elastic_state, fit_callbacks, keras_version,
-                                          load_model, metric_average_callback,
-                                          optimizer_variables, run_elastic, save_model,
-                                          scale_loss, unscale_gradients)
+from hvdtrain.distributed.binding import (broadcast_variables, distributed_optimizer,
+                                          distributed_tape, fit_callbacks, keras_version,
+                                          unscale_gradients)
 from hvdtrain.distributed.consistency import ConsistencyCheck, check_consistency
 from hvdtrain.distributed.global_metrics import GlobalMetrics
 from hvdtrain.distributed.collectives import (allgather_object, allreduce_each, allreduce_sum,
@@ -51,10 +48,26 @@ __all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Ho
 ]
 
 
+if TYPE_CHECKING:  # mypy: the names handed on below, with the binding protocol's signatures
+    _active = binding.active()
+    metric_average_callback = _active.metric_average_callback
+    optimizer_variables = _active.optimizer_variables
+    elastic_state = _active.elastic_state
+    run_elastic = _active.run_elastic
+    save_model = _active.save_model
+    load_model = _active.load_model
+    scale_loss = _active.scale_loss
+    apply_scaled_gradients = _active.apply_scaled_gradients
+
+
 def __getattr__(name: str) -> Any:
-    """``SyncBatchNormalization``: this stack's synchronized BatchNormalization (Horovod's on
+    """The active binding's own functions (``binding.FORWARDED``: saving, loading, elastic
+    state, loss scaling, the optimizer's variables, the metric average callback), and
+    ``SyncBatchNormalization``: this stack's synchronized BatchNormalization (Horovod's on
     Keras 2, hvdtrain's own on Keras 3), a drop-in for ``tf.keras.layers.BatchNormalization``;
     looked up when first asked for (the Keras version decides which)."""
+    if name in binding.FORWARDED:
+        return getattr(binding.active(), name)
     if name == "SyncBatchNormalization":
-        return binding.sync_batch_normalization_class()
+        return binding.active().sync_batch_normalization_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,11 @@
 """The seam between hvdtrain and the installed Keras: one binding module per Keras, chosen once
-per process. Everything that depends on the Keras version goes through these functions;
-``hvdtrain.distributed`` re-exports them.
+per process. Everything that depends on the Keras version goes through the active binding.
 
 ``KerasBinding`` declares the functions every binding module (keras2.py, keras3.py) provides,
-with their signatures; ``_keras_binding`` returns each module as one, so that mypy (``make
-lint``) fails when a binding lacks a function or its signature drifts.
+with their signatures; ``active`` returns each module as one, so that mypy (``make lint``)
+fails when a binding lacks a function or its signature drifts. The functions below add what
+hvdtrain checks around a binding's own; the others are reached as ``active().NAME``, or as
+``dist.NAME`` for those in ``FORWARDED``.
 """
 from __future__ import annotations
 
@@ -98,8 +99,15 @@ if TYPE_CHECKING:  # mypy: the binding whose table allows unscale_gradients has 
     _UNSCALING: UnscalingBinding = _unscaling
 
 
+# The binding's functions that need nothing of hvdtrain's around them: ``hvdtrain.distributed``
+# hands them on from the active binding under their own names (its ``__getattr__``).
+FORWARDED = ("metric_average_callback", "optimizer_variables", "elastic_state", "run_elastic",
+             "save_model", "load_model", "scale_loss", "apply_scaled_gradients")
+
+
 @functools.cache
-def _keras_binding() -> KerasBinding:
+def active() -> KerasBinding:
+    """The installed Keras's binding module (keras2.py or keras3.py): the one way to reach it."""
     if keras_major() == 2:
         from hvdtrain.distributed import keras2
         return keras2
@@ -112,7 +120,7 @@ def _keras_binding() -> KerasBinding:
 
 def capabilities() -> Capabilities:
     """What this stack's binding runs: its table (``hvdtrain.config.capabilities``)."""
-    return _keras_binding().CAPABILITIES
+    return active().CAPABILITIES
 
 
 def _refuse_buckets(table: Capabilities, options: HorovodConfig) -> None:
@@ -138,7 +146,7 @@ def distributed_optimizer(optimizer: tf.keras.optimizers.Optimizer,
         raise UserError(f"on {table.keras} {table.adasum_in_fit}: for Adasum use "
                         f"dist.distributed_tape with a plain optimizer (hvdtrain's custom loop, "
                         f"--loop custom)")
-    return _keras_binding().distributed_optimizer(optimizer, options)
+    return active().distributed_optimizer(optimizer, options)
 
 
 def horovod_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: HorovodConfig, *,
@@ -150,7 +158,7 @@ def horovod_optimizer(optimizer: tf.keras.optimizers.Optimizer, options: Horovod
         raise UserError(f"hvdtrain.horovod: DistributedOptimizer(op=hvd.Adasum): on "
                         f"{table.keras} {table.adasum_in_fit}: use hvd.DistributedGradientTape "
                         f"with a plain optimizer")
-    return _keras_binding().distributed_optimizer(optimizer, options,
+    return active().distributed_optimizer(optimizer, options,
                                                   average_aggregated=average_aggregated)
 
 
@@ -168,7 +176,7 @@ def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) ->
     """``root_rank``'s values assigned to ``variables`` on every rank."""
     # Horovod: every rank starts from root's values (fresh weights, or a restored checkpoint),
     # or ranks would train different models from the first step on.
-    _keras_binding().broadcast_variables(list(variables), root_rank)
+    active().broadcast_variables(list(variables), root_rank)
 
 
 def fit_callbacks(root_rank: int = 0, *, consistency_check: bool = True,
@@ -183,7 +191,7 @@ def fit_callbacks(root_rank: int = 0, *, consistency_check: bool = True,
     normalization statistics on every rank, and under Gloo a stall watchdog. Put them first.
     ``repeated_samples_stop`` off (Horovod's API): ranks that drew mostly the same samples
     in their first epoch are told so in one line, not stopped."""
-    binding = _keras_binding()
+    binding = active()
     watchdog = stall_watchdog()
     broadcast = BroadcastInitialState(binding, root_rank)
     check = ([ConsistencyCheck(broadcast=broadcast, repeated_samples_stop=repeated_samples_stop)]
@@ -194,43 +202,6 @@ def fit_callbacks(root_rank: int = 0, *, consistency_check: bool = True,
             *([watchdog] if watchdog else [])]
 
 
-def metric_average_callback() -> tf.keras.callbacks.Callback:
-    """A fit callback: the epoch's train metrics averaged over ranks before anyone logs them."""
-    return _keras_binding().metric_average_callback()
-
-
-def optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list[tf.Variable]:
-    """The optimizer's state (step count, slots) as a list of variables, on either Keras."""
-    return _keras_binding().optimizer_variables(optimizer)
-
-
-def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
-                  **values: Any) -> Any:
-    """Horovod's elastic state: the model's and optimizer's variables and ``values``,
-    committed in memory, restored on a lost worker, synced to new ones from rank 0."""
-    return _keras_binding().elastic_state(model, optimizer, **values)
-
-
-def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
-    """``train(state)`` wrapped in Horovod's elastic retry loop."""
-    return _keras_binding().run_elastic(train)
-
-
-def save_model(model: tf.keras.Model, path: Path) -> None:
-    """The model exported into the folder ``path`` in the format this Keras loads back."""
-    _keras_binding().save_model(model, path)
-
-
-def load_model(folder: Path) -> tf.keras.Model:
-    """The model ``save_model`` exported into ``folder`` (RUN_DIR/model), for inference."""
-    return _keras_binding().load_model(folder)
-
-
-def scale_loss(optimizer: tf.keras.optimizers.Optimizer, loss: tf.Tensor) -> tf.Tensor:
-    """A LossScaleOptimizer's scaled ``loss``, on either Keras."""
-    return _keras_binding().scale_loss(optimizer, loss)
-
-
 def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
                       gradients: list[tf.Tensor]) -> list[tf.Tensor]:
     """Keras 2: the LossScaleOptimizer's gradients unscaled. Keras 3 refuses it with one line:
@@ -239,17 +210,4 @@ def unscale_gradients(optimizer: tf.keras.optimizers.Optimizer,
     if table.unscale_gradients:
         raise UserError(f"unscale_gradients() does not exist on {table.keras}: "
                         f"{table.unscale_gradients}")
-    return cast(UnscalingBinding, _keras_binding()).unscale_gradients(optimizer, gradients)
-
-
-def apply_scaled_gradients(optimizer: tf.keras.optimizers.Optimizer, gradients: list[tf.Tensor],
-                           variables: Sequence[tf.Variable]) -> None:
-    """A LossScaleOptimizer's update from gradients of the scaled loss, on either Keras:
-    unscaled, checked for inf/NaN (a skipped step then) and applied."""
-    _keras_binding().apply_scaled_gradients(optimizer, gradients, variables)
-
-
-def sync_batch_normalization_class() -> type:
-    """This stack's synchronized BatchNormalization: Horovod's on Keras 2, hvdtrain's own
-    (``batch_norm.SyncBatchNormalization``) on Keras 3."""
-    return _keras_binding().sync_batch_normalization_class()
+    return cast(UnscalingBinding, active()).unscale_gradients(optimizer, gradients)

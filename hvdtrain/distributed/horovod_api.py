@@ -117,7 +117,7 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int = 0,
     them by ``var.name``, which Keras numbers per process): Keras 3 variables, optimizer
     variables and plain ``tf.Variable``; each rank then draws its own dropout masks."""
     _global_only("broadcast_variables", process_set)
-    binding.broadcast_variables(list(variables), root_rank)
+    binding.broadcast_variables(variables, root_rank)
 
 
 def _global_only(name: str, process_set: Any) -> None:
@@ -215,7 +215,7 @@ def __getattr__(name: str) -> Any:
     """``SyncBatchNormalization``: this stack's synchronized BatchNormalization; and the names
     of Horovod's API that TensorFlow 2 with Keras cannot serve, each a refusal in one line."""
     if name == "SyncBatchNormalization":
-        return binding.sync_batch_normalization_class()
+        return binding.active().sync_batch_normalization_class()
     if name in NOT_SERVED:
         def refused(*args: Any, **kwargs: Any) -> NoReturn:
             refuse(name, NOT_SERVED[name])

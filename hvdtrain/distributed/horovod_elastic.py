@@ -14,7 +14,7 @@ T = TypeVar("T")
 
 def run(func: Callable[..., T]) -> Callable[..., T]:
     """``func(state, ...)`` in Horovod's elastic retry loop (horovodrun's elastic mode)."""
-    return binding.run_elastic(func)
+    return binding.active().run_elastic(func)
 
 
 def KerasState(model: tf.keras.Model, optimizer: Any = None, backend: Any = None,
@@ -22,7 +22,7 @@ def KerasState(model: tf.keras.Model, optimizer: Any = None, backend: Any = None
     """What elastic training commits and syncs: the model's and its optimizer's variables,
     and ``kwargs`` (``epoch``, ``batch``, ...) as attributes of the state."""
     optimizer = optimizer if optimizer is not None else model.optimizer
-    state = binding.elastic_state(model, optimizer, **kwargs)
+    state = binding.active().elastic_state(model, optimizer, **kwargs)
     for name, value in (("model", model), ("optimizer", optimizer)):
         if not hasattr(state, name):
             setattr(state, name, value)

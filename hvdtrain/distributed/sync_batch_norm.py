@@ -1,11 +1,11 @@
 """A built model's ``BatchNormalization`` layers turned into this stack's synchronized layer
-(``binding.sync_batch_normalization_class``: hvdtrain's own on Keras 3, Horovod's on Keras 2),
+(the binding's ``sync_batch_normalization_class``: hvdtrain's own on Keras 3, Horovod's on Keras 2),
 in place, for any binding."""
 from __future__ import annotations
 
 import tensorflow as tf
 
-from hvdtrain.distributed.binding import sync_batch_normalization_class
+from hvdtrain.distributed import binding
 
 
 def synchronize_batch_norm(model: tf.keras.Model) -> int:
@@ -13,7 +13,7 @@ def synchronize_batch_norm(model: tf.keras.Model) -> int:
     training moments over all ranks from now on, as this stack's synchronized layer; returns
     how many. Its variables, config and weights stay as they are. Call it once the model is
     built, before the first training step."""
-    layer_class = sync_batch_normalization_class()
+    layer_class = binding.active().sync_batch_normalization_class()
     count = 0
     for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, tf.keras.layers.BatchNormalization) and not isinstance(

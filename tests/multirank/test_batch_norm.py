@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import (TESTS, assert_ok, exported_model, hvdtrain, importable_from, keras_major,
+from helpers import (TESTS, assert_ok, exported_model, hvdtrain, importable_from,
                      largest_difference, launch, weights)
+from stack import keras3
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
 
@@ -71,7 +72,7 @@ def test_synchronized_batch_norm_at_two_ranks_equals_one_rank_at_twice_the_batch
     # kernel's Bessel correction (1e-4 here), as Keras 2's unfused layer's does.
     replay = one["sync"][0]
     assert largest_difference(one["swapped"][0], replay) < 1e-6
-    if keras_major() >= 3:
+    if keras3():
         assert largest_difference(one["plain"][0], replay) < 1e-6
     # Weights and moving statistics (Keras lists them among the weights).
     for case in ("sync", "swapped"):
@@ -141,7 +142,7 @@ def test_the_custom_loop_with_synchronized_batch_norm_reports_the_exports_eval(t
     print(f"the timeline's batch norm all-reduces: {sorted(moments)}")
     # Keras 3: hvdtrain's names, by place; Keras 2: Horovod's, after the layer's tensors (the
     # gradient's all-reduce named after the gradient's tensor).
-    assert len(moments) == 2 if keras_major() < 3 else sorted(moments) == [
+    assert len(moments) == 2 if not keras3() else sorted(moments) == [
         "hvdtrain_sync_batch_norm_0", "hvdtrain_sync_batch_norm_0_gradient"], moments
     reported = json.loads((run_dir / "summary.json").read_text())["final_eval_loss"]
     exported = eval_loss_of_export(run_dir)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from helpers import (EXACT, TESTS, assert_ok, assert_same_training, hvdtrain, importable_from,
-                     keras_major, largest_difference, launch, weights)
+                     largest_difference, launch, weights)
+from stack import keras3
 
 WORKER = TESTS / "binding_worker.py"
 # horovod.bucket_mb's cases (both stacks: bucket_model at bucket_mb 0, 0.00001 and 0.0005), and
@@ -27,7 +28,7 @@ BUCKETS = {"buckets_none": [[0, 1, 2, 3, 4, 5]],
 # train_step (one optimizer, two), rank 0 building a model more first, state loaded on rank 0
 # only, and on Keras 3 a loaded model.keras's optimizer made distributed.
 USER_STEPS = ("own_step_1", "own_step_2", "extra_model_first", "loaded_on_rank0",
-              *(("loaded_model",) if keras_major() >= 3 else ()))
+              *(("loaded_model",) if keras3() else ()))
 
 
 def run_cases(np_: int, out: Path, *args: str) -> tuple[dict[str, list[list[np.ndarray]]],
@@ -61,7 +62,7 @@ def assert_refused_or_kept(checks: dict) -> None:
     # taken (Keras 2 refused both while Horovod's own optimizer and tape reduced).
     assert checks["bucket_mb_optimizer"] == checks["bucket_mb_tape"] == ""
     assert checks["adasum_in_fit"] == ""
-    if keras_major() < 3:
+    if not keras3():
         return
     # A train function traced before the optimizer was wrapped (fit, wrap, fit): refused.
     assert checks["wrapped_after_fit"].startswith("the model's train function was made before")
@@ -144,7 +145,7 @@ def test_library_pattern_at_two_ranks_equals_one_rank_at_twice_the_batch(two_ran
     assert single["fp16_round_trip"] != single["passed_through"]
     assert single["reducer_ops"] == [] and single["allreduce_ops"] == ["HorovodAllreduce"]
     assert_refused_or_kept(single)
-    if keras_major() < 3:
+    if not keras3():
         return
     # Metric averaging: an array metric element-wise; metrics named differently on the ranks
     # (one each, so a count alone would not tell) stop both ranks with one line.
@@ -181,7 +182,7 @@ def test_cli_trains_a_user_model_whose_dense_gradients_come_first(tmp_path):
     # On Keras 3 in two buckets (the dense kernel's 208 bytes, then its bias's 16, beside the
     # embedding's sparse gradient): the same result.
     two = cli_summary(tmp_path, "mpi", 2, 16,
-                      *(("--set", "horovod.bucket_mb=0.0001") if keras_major() >= 3 else ()))
+                      *(("--set", "horovod.bucket_mb=0.0001") if keras3() else ()))
     one = cli_summary(tmp_path, "single", 1, 32)
     assert_same_training({**two, "world_size": 1}, one)
     # Control: one rank at half the batch (what a rank alone would do) ends elsewhere.

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (EXACT, assert_ok, hvdtrain, keras_major, largest_difference, launch,
+from helpers import (EXACT, assert_ok, hvdtrain, largest_difference, launch,
                      relative_distance, weights)
 from hvdtrain.training import debug
+from stack import keras3
 from replays import CUSTOM, assert_same, gradient_allreduces, train
 
 pytestmark = [pytest.mark.multirank, pytest.mark.core]
@@ -89,7 +90,7 @@ def test_mixed_float16_trains_digits_through_the_cli(tmp_path):
     assert largest_difference(*custom) == 0 and largest_difference(*fit) == 0  # ranks agree
     apart = relative_distance(fit[0], custom[0])
     print(f"mixed_float16 digits, fit vs the custom loop: {apart:.2e}")
-    if keras_major() >= 3:
+    if keras3():
         # The same float16 steps: equal to the bit (0 measured), held to the 1e-5 the float32
         # loops meet. Control (run once; what a fit that silently trained in float32 gives):
         # the same job at float32 ends 4.9e-2 away (largest difference).

@@ -10,7 +10,8 @@ import warnings
 
 import pytest
 
-from helpers import assert_ok, hvdtrain, keras_major, run_job
+from helpers import assert_ok, hvdtrain, run_job
+from stack import keras3
 from hvdtrain.bench import allreduce, peers, phases
 from hvdtrain.bench import input as input_bench
 from hvdtrain.bench.shared import against_raw, collectives, plans, steps, targets
@@ -125,7 +126,7 @@ def check_peers(compared: dict, markdown: str) -> None:
     assert set(rows) == set(peers.SYSTEMS)
     # tf.distribute's multi-worker fit cannot run on Keras 3: marked so, with the reason, in
     # the result and its table; everything else ran.
-    not_run = {"mwms", "ps"} if keras_major() >= 3 else set()
+    not_run = {"mwms", "ps"} if keras3() else set()
     for system, r in rows.items():
         if system in not_run:
             assert r["unavailable"] and r["unavailable"] == peers.unavailable(system), r

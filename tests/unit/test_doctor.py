@@ -13,6 +13,7 @@ import numpy
 import pytest
 
 from helpers import BIN, ROOT, launcher_env, run_job, skip_unless_optional
+from stack import keras3
 from hvdtrain import version
 from hvdtrain.install import doctor, doctor_report, horovod_install, horovod_patches
 from hvdtrain.launch import launchers
@@ -21,8 +22,7 @@ pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 HOROVOD = Path(horovod_install.importlib.util.find_spec("horovod").origin).parent
 # The other stack's venv: its Horovod was compiled against another TensorFlow than this one.
-OTHER_VENV = ROOT / (".venv-keras2" if importlib.metadata.version("keras").startswith("3")
-                     else ".venv")
+OTHER_VENV = ROOT / (".venv-keras2" if keras3() else ".venv")
 
 
 def hvdtrain_cli(*args: str, env: dict[str, str]):

@@ -1,13 +1,14 @@
 """hvdtrain.models.fused_norm: a Keras 3 model's BatchNormalization on TensorFlow's fused kernel
 trains to the same weights and moving statistics as Keras's own, saves as Keras's own layer, and is
 what registry.build gives; on Keras 2, which fuses by itself, it leaves the layers alone. Which
-stack runs is read from the installed package (helpers.keras_major), not from fused_norm."""
+stack runs is read from the installed package (stack.keras3), not from fused_norm."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import keras_major, largest_difference
+from helpers import largest_difference
+from stack import keras3
 
 from hvdtrain.models import fused_norm, registry
 from hvdtrain.config import ModelConfig
@@ -111,7 +112,7 @@ def test_each_stack_trains_batch_norm_on_the_fused_kernel():
     plain, model = _model(), _model()
     count = fused_norm.fuse_batch_norm(model)
     replaced = [layer for layer in model.layers if "call" in vars(layer)]
-    if keras_major() == 3:
+    if keras3():
         # Keras 3's own layer computes with element-wise ops; fused_norm takes all three layers
         # (the kernel serves the two on 4-D tensors).
         assert FUSED_OP not in _op_types(plain)
@@ -131,7 +132,7 @@ def test_models_build_trains_on_the_fused_kernel_unless_turned_off(fused):
     model = registry.build(ModelConfig(name="resnet_small", width=8, fused_batch_norm=fused),
                          (8, 8, 3), 4)
     # Keras 2 (TensorFlow 2.15) fuses by itself, whatever the config; on Keras 3 it decides.
-    expected = fused or keras_major() == 2
+    expected = fused or not keras3()
     assert (FUSED_OP in _op_types(model, (8, 8, 3))) == expected
 
 

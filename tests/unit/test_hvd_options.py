@@ -12,6 +12,7 @@ from hvdtrain.training import preflight
 from hvdtrain.config import capabilities, overrides, presets
 from hvdtrain.config import HorovodConfig
 from hvdtrain.errors import UserError
+from stack import keras3
 
 
 @pytest.mark.parametrize("size, controller, fragment", [
@@ -78,9 +79,9 @@ def test_fit_refuses_what_either_bindings_table_refuses_there(monkeypatch):
 def test_the_seam_refuses_what_this_stacks_table_refuses(monkeypatch):
     import tensorflow as tf
     from hvdtrain import distributed as dist
-    binding = dist.binding._keras_binding()
+    binding = dist.binding.active()
     table = dist.binding.capabilities()
-    assert table is (capabilities.KERAS2 if dist.keras_version().startswith("2.")
+    assert table is (capabilities.KERAS2 if not keras3()
                      else capabilities.KERAS3) is binding.CAPABILITIES
     optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
     gradients = [tf.constant([3.0])]

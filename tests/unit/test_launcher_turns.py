@@ -89,7 +89,7 @@ def test_keras3_only_tests_are_deselected_on_keras2_and_kept_on_keras3(monkeypat
     marked = {"t.py::plain": {}, "t.py::mine": {"keras3_only": True, "core": True},
               "t.py::core": {"core": True}}
     for major, dropped in ((2, ["t.py::mine"]), (3, [])):   # Keras 3: the control, all kept
-        monkeypatch.setattr(conftest, "keras_major", lambda m=major: m)
+        monkeypatch.setattr(conftest, "keras3", lambda m=major: m == 3)
         items = [SimpleNamespace(nodeid=n, keywords=k) for n, k in marked.items()]
         config = Collected()
         conftest.pytest_collection_modifyitems(config, items)
