@@ -18,19 +18,23 @@ from guarantees_registry import (BATCH, EXACT, FEATURES, NONE, SEED, STEPS, Cont
                                  case)
 
 
-def on_rank(ctx: Context, rank: int, act: Callable, *, at: str = "epoch_end") -> Any:
+def on_rank(ctx: Context, rank: int, act: Callable, *, at: str = "epoch_end",
+            epoch: int | None = None) -> Any:
     """A callback that runs ``act(model)`` on ``rank`` alone: at each epoch's end, or after
     the second batch of each epoch (``at="batch"``), as a user's callback under
-    ``if rank == 0`` does."""
+    ``if rank == 0`` does; in epoch ``epoch`` (from 0) alone, where given."""
     tf = ctx.tf
 
     class OnOneRank(tf.keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if at == "epoch_end" and ctx.rank == rank:
+        def on_epoch_begin(self, current, logs=None):
+            self.now = epoch is None or current == epoch
+
+        def on_epoch_end(self, current, logs=None):
+            if at == "epoch_end" and ctx.rank == rank and self.now:
                 act(self.model)
 
         def on_train_batch_end(self, batch, logs=None):
-            if at == "batch" and batch == 1 and ctx.rank == rank:
+            if at == "batch" and batch == 1 and ctx.rank == rank and self.now:
                 act(self.model)
     return OnOneRank()
 
@@ -100,17 +104,9 @@ def control_divergence_fit(ctx):
       passes over (their training is too short to pay for comparing every weight): every rank
       must stop at the end of training at the latest, naming that variable.""")
 def control_divergence_late(ctx):
-    tf = ctx.tf
-
-    class LateNudge(tf.keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-
-        def on_train_batch_end(self, batch, logs=None):
-            if ctx.rank == 1 and self.epoch == 4 and batch == 1:
-                nudge(self.model)
     return outcome(fit_pattern(ctx, standard(mlp), reference=False, fit_kw=lambda rank: {
-        "epochs": 5, "callbacks": [LateNudge()] if rank is not None else []}))
+        "epochs": 5, "callbacks": [on_rank(ctx, 1, nudge, at="batch", epoch=4)]
+        if rank is not None else []}))
 
 
 @case("stop_training_rank0", "`stop_training` (EarlyStopping) on rank 0 only", NONE,
