@@ -1,10 +1,13 @@
 """Launched by tests/multirank/test_horovod_elastic.py under horovodrun's elastic mode: Horovod's
 Keras elastic example (examples/elastic/tensorflow2/tensorflow2_keras_mnist_elastic.py, v0.28.1)
 as its users write it, on scikit-learn's digits, through ``import hvdtrain.horovod.tensorflow.keras
-as hvd``. Each rank writes its final weights and the state's epoch to OUT/rankR.npz.
+as hvd``. Each rank writes its final weights, the state's epoch and the world size to
+OUT/rankR.npz. With LOSE, the last rank of the first world exits at the first epoch's sixth
+step, before that step's all-reduce, so the others lose it inside their train function.
 
-    python tests/horovod_elastic_worker.py OUT EPOCHS
+    python tests/horovod_elastic_worker.py OUT EPOCHS [LOSE]
 """
+import os
 import sys
 from pathlib import Path
 
@@ -29,13 +32,26 @@ model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=Tru
 
 
 def on_state_reset():
-    tf.keras.backend.set_value(state.model.optimizer.learning_rate, lr * hvd.size())
+    # Keras 3's own change: tf.keras.backend.set_value fails on a Keras 3 variable.
+    state.model.optimizer.learning_rate.assign(lr * hvd.size())
 
 
 state = hvd.elastic.KerasState(model, batch=0, epoch=0)
 state.register_reset_callbacks([on_state_reset])
 callbacks = [hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
              hvd.elastic.UpdateEpochStateCallback(state)]
+first_size = hvd.size()
+
+
+class LoseLastRank(tf.keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if hvd.size() == first_size and hvd.rank() == first_size - 1 and state.epoch == 0 \
+                and batch == 5:
+            os._exit(1)
+
+
+if sys.argv[3:] == ["LOSE"]:
+    callbacks.append(LoseLastRank())
 
 
 @hvd.elastic.run
@@ -45,4 +61,4 @@ def train(state):
 
 
 train(state)
-np.savez(out / f"rank{hvd.rank()}.npz", epoch=state.epoch, *model.get_weights())
+np.savez(out / f"rank{hvd.rank()}.npz", epoch=state.epoch, size=hvd.size(), *model.get_weights())

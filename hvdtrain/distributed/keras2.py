@@ -16,6 +16,7 @@ import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig, capabilities
+from hvdtrain.distributed import elastic_retry
 from hvdtrain.distributed.broadcast import (broadcast_before_first_update,
                                             broadcast_by_position, seed_offset)
 from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
@@ -226,7 +227,7 @@ def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimize
 def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
     # Horovod: re-runs ``train`` after a worker is lost (state rolled back to the last commit)
     # or added (at the next commit), each time on the new ring, after syncing state from rank 0.
-    return hvd_keras.elastic.run(train)
+    return elastic_retry.run(train)
 
 
 def save_model(model: tf.keras.Model, path: Path) -> None:

@@ -16,14 +16,13 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 import tensorflow as tf
 
-# Horovod: plain collectives on tensors, and the elastic retry loop; no Keras inside.
+# Horovod: plain collectives on tensors; no Keras inside.
 import horovod.tensorflow as hvd
-import horovod.tensorflow.elastic as hvd_elastic
 # Horovod: the elastic state base class that syncs plain Python values from rank 0.
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig, capabilities
-from hvdtrain.distributed import broadcast
+from hvdtrain.distributed import broadcast, elastic_retry
 from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
@@ -271,7 +270,7 @@ def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimize
 def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
     # Horovod: re-runs ``train`` after a worker is lost (state rolled back to the last commit)
     # or added (at the next commit), each time on the new ring, after syncing state from rank 0.
-    return hvd_elastic.run(train)
+    return elastic_retry.run(train)
 
 
 def save_model(model: tf.keras.Model, path: Path) -> None:
