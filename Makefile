@@ -108,9 +108,9 @@ bench-migration: bench-check
 # Scaling where the network is the bottleneck (issue 53): 2 ranks on 2 network-namespace hosts
 # whose link tc shapes to each of NETWORK_SPEEDS Gbit/s, hvdtrain's ways to reduce and Horovod's
 # script (HOROVOD_SYNTHETIC) against one host, with the cost model's prediction of each step
-# beside it: benchmarks/results/network.md. As root, on an idle machine only (about 80 minutes
-# on 2 cores for MobileNetV2 at 224x224: over make bench's half hour, so a target of its own).
-NETWORK_SPEEDS ?= 0.03,0.1,1
+# beside it: benchmarks/results/network.md. As root, on an idle machine only (about an hour on
+# 2 cores for MobileNetV2 at 224x224: over make bench's half hour, so a target of its own).
+NETWORK_SPEEDS ?= 0.05,0.1,1
 NETWORK_SYSTEMS ?= hvdtrain,hvdtrain-overlap,horovod
 bench-network: bench-check
 	@$(call SETUP,keras3,.venv)
