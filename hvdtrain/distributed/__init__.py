@@ -28,6 +28,7 @@ from hvdtrain.distributed.consistency import ConsistencyCheck, check_consistency
 from hvdtrain.distributed.global_metrics import GlobalMetrics
 from hvdtrain.distributed.collectives import (allgather_object, allreduce_each, allreduce_sum,
                                               broadcast_object, join)
+from hvdtrain.distributed.elastic_retry import run as run_elastic
 from hvdtrain.distributed.reducer import reduce_gradients
 from hvdtrain.distributed.sync_batch_norm import synchronize_batch_norm
 from hvdtrain.distributed.startup import (autograph_leaves_horovod_alone,
@@ -53,7 +54,6 @@ if TYPE_CHECKING:  # mypy: the names handed on below, with the binding protocol'
     metric_average_callback = _active.metric_average_callback
     optimizer_variables = _active.optimizer_variables
     elastic_state = _active.elastic_state
-    run_elastic = _active.run_elastic
     save_model = _active.save_model
     load_model = _active.load_model
     scale_loss = _active.scale_loss

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
 
 import tensorflow as tf
 
@@ -23,8 +23,6 @@ from hvdtrain.distributed.global_metrics import GlobalMetrics
 from hvdtrain.distributed import batch_norm, reducer
 from hvdtrain.errors import UserError
 from hvdtrain.keras_version import keras_major, keras_version
-
-T = TypeVar("T")
 
 
 class KerasBinding(Protocol):
@@ -65,9 +63,6 @@ class KerasBinding(Protocol):
                       **values: Any) -> Any:
         """What elastic training commits and syncs."""
 
-    def run_elastic(self, train: Callable[[Any], T]) -> Callable[[Any], T]:
-        """The elastic retry loop around ``train(state)``."""
-
     def save_model(self, model: tf.keras.Model, path: Path) -> None:
         """The export in the format this Keras loads back."""
 
@@ -101,8 +96,8 @@ if TYPE_CHECKING:  # mypy: the binding whose table allows unscale_gradients has 
 
 # The binding's functions that need nothing of hvdtrain's around them: ``hvdtrain.distributed``
 # hands them on from the active binding under their own names (its ``__getattr__``).
-FORWARDED = ("metric_average_callback", "optimizer_variables", "elastic_state", "run_elastic",
-             "save_model", "load_model", "scale_loss", "apply_scaled_gradients")
+FORWARDED = ("metric_average_callback", "optimizer_variables", "elastic_state", "save_model",
+             "load_model", "scale_loss", "apply_scaled_gradients")
 
 
 @functools.cache

@@ -3,9 +3,10 @@ from every other error.
 
 Horovod's own decorator (``horovod.tensorflow.elastic.run``, which its Keras layer hands on)
 takes an ``UnknownError`` for a lost worker only when it names HorovodAllreduce, -Allgather or
--Broadcast, and returns None for any other ``UnknownError``: a worker lost in a grouped
-all-reduce, a join or a reduce-scatter, or a user's own error, ended training as if it had
-finished. Here every Horovod op's error restarts the loop and any other error is raised."""
+-Broadcast, and returns None for any other ``UnknownError``: a worker lost inside a
+``tf.function`` (a fit step: the error names the node, not the op), in a join or a
+reduce-scatter, or a user's own error, ended training as if it had finished. Here every Horovod
+op's error restarts the loop and any other error is raised. The same loop on both bindings."""
 from __future__ import annotations
 
 import functools

@@ -7,14 +7,14 @@ from typing import Any, Callable, TypeVar
 
 import tensorflow as tf
 
-from hvdtrain.distributed import binding
+from hvdtrain.distributed import binding, elastic_retry
 
 T = TypeVar("T")
 
 
 def run(func: Callable[..., T]) -> Callable[..., T]:
     """``func(state, ...)`` in Horovod's elastic retry loop (horovodrun's elastic mode)."""
-    return binding.active().run_elastic(func)
+    return elastic_retry.run(func)
 
 
 def KerasState(model: tf.keras.Model, optimizer: Any = None, backend: Any = None,

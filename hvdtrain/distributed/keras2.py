@@ -6,7 +6,7 @@ Everything here depends on which Keras is installed; ``hvdtrain.distributed`` pi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Sequence
 
 import tensorflow as tf
 
@@ -16,14 +16,12 @@ import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig, capabilities
-from hvdtrain.distributed import elastic_retry
 from hvdtrain.distributed.broadcast import (broadcast_before_first_update,
                                             broadcast_by_position, seed_offset)
 from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
 
-T = TypeVar("T")
 CAPABILITIES = capabilities.KERAS2  # what this binding runs, and why not where it does not
 
 
@@ -222,12 +220,6 @@ def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimize
     # Horovod: what elastic training commits in memory and syncs to new workers: weights,
     # optimizer slots and plain values (the epoch, the run directory).
     return hvd_keras.elastic.KerasState(model, optimizer=optimizer, **values)
-
-
-def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
-    # Horovod: re-runs ``train`` after a worker is lost (state rolled back to the last commit)
-    # or added (at the next commit), each time on the new ring, after syncing state from rank 0.
-    return elastic_retry.run(train)
 
 
 def save_model(model: tf.keras.Model, path: Path) -> None:

@@ -11,7 +11,7 @@ collectives, which work on plain tensors whatever the Keras version.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -22,12 +22,11 @@ import horovod.tensorflow as hvd
 from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig, capabilities
-from hvdtrain.distributed import broadcast, elastic_retry
+from hvdtrain.distributed import broadcast
 from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
 
-T = TypeVar("T")
 CAPABILITIES = capabilities.KERAS3  # what this binding runs, and why not where it does not
 MODEL_FILE = "model.keras"
 SEED_STATE = "seed_generator_state"  # the variable name of Keras 3's SeedGenerator state
@@ -265,12 +264,6 @@ class TrainingState(ObjectState):
 def elastic_state(model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer,
                   **values: Any) -> Any:
     return TrainingState(model, optimizer, **values)
-
-
-def run_elastic(train: Callable[[Any], T]) -> Callable[[Any], T]:
-    # Horovod: re-runs ``train`` after a worker is lost (state rolled back to the last commit)
-    # or added (at the next commit), each time on the new ring, after syncing state from rank 0.
-    return elastic_retry.run(train)
 
 
 def save_model(model: tf.keras.Model, path: Path) -> None:
