@@ -21,7 +21,7 @@ EPOCHS = 3
 
 
 def test_horovods_elastic_keras_example_goes_on_without_a_worker_lost_inside_a_step(tmp_path):
-    # Two hosts to Horovod: the lost worker's host (127.0.0.1, blacklisted) holds it alone.
+    # Two hosts to Horovod: the worker lost is the one alone on its host (blacklisted).
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:2\n127.0.0.1:1\n")
     command = ["horovodrun", "--gloo", "-np", "3", "--min-np", "2", "--max-np", "3",
