@@ -44,6 +44,29 @@ def test_efficiency_and_the_ratio_to_horovod_are_per_round():
     assert alone["links"][0]["hvdtrain_over_horovod"] is None
 
 
+def test_fp16_is_set_against_horovods_fp16_and_its_column_shows_only_where_both_ran():
+    fp16 = [{"load_average": r["load_average"],
+             "one_host": {f"{k}-fp16": v for k, v in r["one_host"].items()},
+             "links": {"0.1": {**r["links"]["0.1"], "systems": {
+                 f"{k}-fp16": v * 1.5 for k, v in r["links"]["0.1"]["systems"].items()}}}}
+            for r in ROUNDS]
+    names = ["hvdtrain-fp16", "horovod-fp16"]
+    result = {"systems": dict.fromkeys(names, ""), **network_figures.figures(fp16, [0.1], names)}
+    [link] = result["links"]
+    assert link["fp16_over_horovod_fp16"]["per_round"] == [2.0, 1.6]
+    assert link["hvdtrain_over_horovod"] is None   # like for like only: no float32 pair ran
+    header = network_figures.table(result).splitlines()[0]
+    assert "hvdtrain fp16 / Horovod fp16" in header
+    # Control: with the float32 pair only, the fp16 column is not there.
+    plain = {"systems": {"hvdtrain": "", "horovod": ""},
+             **network_figures.figures(ROUNDS, [0.1], ["hvdtrain", "horovod"])}
+    assert "fp16" not in network_figures.table(plain)
+    # Horovod's side is its own script with its own flag, and the model halves its bytes.
+    theirs = network_systems.systems(2.0)["horovod-fp16"]
+    assert theirs.horovod_script and theirs.script_args == ("--fp16-allreduce",)
+    assert theirs.gradient_share == 0.5
+
+
 def test_the_cost_model_predicts_each_step_from_the_rounds_one_host_step_and_the_link():
     table = network_systems.systems(2.0)
     chosen = [table["hvdtrain"], table["horovod"]]
@@ -102,7 +125,7 @@ def bench_network(*args: str) -> subprocess.CompletedProcess:
     (["--systems", "hvdtrain,ptp"], "hvdtrain: error: --systems 'hvdtrain,ptp': choose from "
                                     "hvdtrain, hvdtrain-overlap, hvdtrain-fp16, hvdtrain-gloo, "
                                     "hvdtrain-gloo-overlap, "
-                                    "horovod"),
+                                    "horovod, horovod-fp16"),
     (["--model", "vgg"], "hvdtrain: error: unknown bench network model 'vgg'; choose from "
                          "mobilenetv2, resnet50, mlp"),
     (["--systems", "horovod", "--quick"], "hvdtrain: error: no system left to run (horovod: "

@@ -15,6 +15,13 @@ from typing import Any, Mapping, Sequence
 from hvdtrain.bench.shared import report, stats
 
 
+# hvdtrain over Horovod's script, like for like: each ratio's key in a link's figures, its
+# column in the table, and the (hvdtrain, Horovod) pair of systems it divides.
+RATIOS = (("hvdtrain_over_horovod", "hvdtrain / Horovod", ("hvdtrain", "horovod")),
+          ("fp16_over_horovod_fp16", "hvdtrain fp16 / Horovod fp16",
+           ("hvdtrain-fp16", "horovod-fp16")))
+
+
 def speed_key(gbit_per_s: float) -> str:
     """A link speed's key in a round's ``links``: '0.1', '1', '10'."""
     return f"{gbit_per_s:g}"
@@ -24,7 +31,8 @@ def link_figures(rounds: Sequence[Mapping[str, Any]], gbit_per_s: float,
                  systems: Sequence[str]) -> dict[str, Any]:
     """One link speed over the rounds: the link's achieved throughput, each system's samples/s
     and its efficiency (per round: its rate on the link over its rate on one host in the same
-    round), and hvdtrain over Horovod's script (per round), each a median with its spread."""
+    round), and hvdtrain over Horovod's script like for like (RATIOS, per round), each a
+    median with its spread."""
     key = speed_key(gbit_per_s)
     on_link = [r["links"][key] for r in rounds]
     figures: dict[str, Any] = {
@@ -41,10 +49,10 @@ def link_figures(rounds: Sequence[Mapping[str, Any]], gbit_per_s: float,
         figures["systems"][name] = {
             "samples_per_sec": stats.summarize(rates),
             "efficiency": stats.ratio_summary([a / b for a, b in zip(rates, alone)])}
-    figures["hvdtrain_over_horovod"] = (
-        stats.ratio_summary([x["systems"]["hvdtrain"] / x["systems"]["horovod"]
-                             for x in on_link])
-        if {"hvdtrain", "horovod"} <= set(systems) else None)
+    for key, _, (ours, theirs) in RATIOS:
+        figures[key] = (stats.ratio_summary([x["systems"][ours] / x["systems"][theirs]
+                                             for x in on_link])
+                        if {ours, theirs} <= set(systems) else None)
     return figures
 
 
@@ -70,20 +78,24 @@ def _rate(summary: Mapping[str, Any]) -> str:
 
 def table(result: Mapping[str, Any]) -> str:
     """One row per link (and the one-host row first): the link's setting and measured
-    throughput, each system's samples/s and efficiency, hvdtrain / Horovod."""
+    throughput, each system's samples/s and efficiency, hvdtrain / Horovod (and each
+    other ratio of RATIOS that ran)."""
     names = list(result["systems"])
     both = all("both_ways_gbit_per_s" in link for link in result["links"])
     measured = ["achieved Gbit/s, one way", "both ways at once"] if both else ["achieved Gbit/s"]
-    headers = ["link", *measured, *names, "hvdtrain / Horovod"]
+    # The first ratio's column always (empty without Horovod's script), the others where run.
+    ratios = [(key, title) for i, (key, title, _) in enumerate(RATIOS)
+              if i == 0 or any(link.get(key) for link in result["links"])]
+    headers = ["link", *measured, *names, *(title for _, title in ratios)]
     rows = [["one host (shared memory)", *[""] * len(measured),
-             *(_rate_cell(result["one_host"][n]) for n in names), ""]]
+             *(_rate_cell(result["one_host"][n]) for n in names), *[""] * len(ratios)]]
     for link in result["links"]:
-        ratio = link["hvdtrain_over_horovod"]
         rows.append([f"{link['gbit_per_s']:g} Gbit/s",
                      *(_rate(link[key]) for key in ("achieved_gbit_per_s",
                                                     "both_ways_gbit_per_s")[:len(measured)]),
                      *(_rate_cell(link["systems"][n]) for n in names),
-                     stats.ratio_cell(ratio) if ratio else ""])
+                     *(stats.ratio_cell(link[key]) if link.get(key) else ""
+                       for key, _ in ratios)])
     return report.markdown_table(headers, rows)
 
 

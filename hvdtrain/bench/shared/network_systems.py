@@ -31,6 +31,7 @@ class System:
     launcher: Launcher = "mpi"               # mpi or gloo
     settings: tuple[str, ...] = ()           # hvdtrain config settings over the workload's
     horovod_script: bool = False             # Horovod's own synthetic benchmark instead
+    script_args: tuple[str, ...] = ()        # Horovod's script's own options
     # How the cost model sees it (network_projection.py): the share of the float32 gradients'
     # bytes it sends, and whether it reduces while backprop runs.
     gradient_share: float = 1.0
@@ -56,7 +57,11 @@ def systems(bucket_mb: float) -> dict[str, System]:
                overlaps_backprop=True),
         System("horovod", "Horovod's tensorflow2_synthetic_benchmark.py on the Keras 2 venv "
                           "(per-tensor all-reduce during backprop; mpirun)",
-               horovod_script=True, overlaps_backprop=True))}
+               horovod_script=True, overlaps_backprop=True),
+        System("horovod-fp16", "Horovod's script as `horovod`, gradients all-reduced as "
+                               "float16 (its --fp16-allreduce)",
+               horovod_script=True, script_args=("--fp16-allreduce",), gradient_share=0.5,
+               overlaps_backprop=True))}
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,9 @@ def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Pat
     if system.horovod_script:
         script, python = horovod or (None, sys.executable)
         assert script is not None and workload.horovod_model is not None   # checked before
-        argv = horovod_synthetic.horovod_argv(script, plan, python, workload.horovod_model,
-                                              workload.workload.batch_size)
+        argv = [*horovod_synthetic.horovod_argv(script, plan, python, workload.horovod_model,
+                                                workload.workload.batch_size),
+                *system.script_args]
         command = across["mpi"](argv) if cluster else launch.launch_command("mpi", RANKS, argv)
         return horovod_synthetic.measure_horovod(script, RANKS, plan, python, command=command,
                                                  env=env)
