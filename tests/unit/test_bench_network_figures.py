@@ -61,6 +61,7 @@ def test_fp16_is_set_against_horovods_fp16_and_its_column_shows_only_where_both_
     plain = {"systems": {"hvdtrain": "", "horovod": ""},
              **network_figures.figures(ROUNDS, [0.1], ["hvdtrain", "horovod"])}
     assert "fp16" not in network_figures.table(plain)
+    assert "Gloo buckets" not in network_figures.table(plain)
     # Horovod's side is its own script with its own flag, and the model halves its bytes.
     theirs = network_systems.systems(2.0)["horovod-fp16"]
     assert theirs.horovod_script and theirs.script_args == ("--fp16-allreduce",)
@@ -152,3 +153,19 @@ def test_not_root_is_one_line(monkeypatch, capsys):
         network.check_machine()
     except UserError as e:
         assert "needs root" not in str(e), e
+
+
+def test_gloos_buckets_are_set_against_horovods_script():
+    gloo = [{"load_average": r["load_average"],
+             "one_host": {"hvdtrain-gloo-overlap": r["one_host"]["hvdtrain"],
+                          "horovod": r["one_host"]["horovod"]},
+             "links": {"0.1": {**r["links"]["0.1"], "systems": {
+                 "hvdtrain-gloo-overlap": r["links"]["0.1"]["systems"]["hvdtrain"],
+                 "horovod": r["links"]["0.1"]["systems"]["horovod"]}}}}
+            for r in ROUNDS]
+    names = ["hvdtrain-gloo-overlap", "horovod"]
+    result = {"systems": dict.fromkeys(names, ""), **network_figures.figures(gloo, [0.1], names)}
+    [link] = result["links"]
+    assert link["gloo_overlap_over_horovod"]["per_round"] == [2.0, 1.6]
+    assert link["hvdtrain_over_horovod"] is None
+    assert "hvdtrain Gloo buckets / Horovod" in network_figures.table(result).splitlines()[0]

@@ -15,11 +15,14 @@ from typing import Any, Mapping, Sequence
 from hvdtrain.bench.shared import report, stats
 
 
-# hvdtrain over Horovod's script, like for like: each ratio's key in a link's figures, its
+# hvdtrain over Horovod's script, like for like, and hvdtrain's buckets under Gloo (where
+# overlap pays on a rank's one core) against it: each ratio's key in a link's figures, its
 # column in the table, and the (hvdtrain, Horovod) pair of systems it divides.
 RATIOS = (("hvdtrain_over_horovod", "hvdtrain / Horovod", ("hvdtrain", "horovod")),
           ("fp16_over_horovod_fp16", "hvdtrain fp16 / Horovod fp16",
-           ("hvdtrain-fp16", "horovod-fp16")))
+           ("hvdtrain-fp16", "horovod-fp16")),
+          ("gloo_overlap_over_horovod", "hvdtrain Gloo buckets / Horovod",
+           ("hvdtrain-gloo-overlap", "horovod")))
 
 
 def speed_key(gbit_per_s: float) -> str:
