@@ -20,6 +20,19 @@ def changed_gradient_options(config: Config) -> list[str]:
             if getattr(config.horovod, name) != getattr(default, name)]
 
 
+def buckets_note(config: Config, world: Any) -> str | None:
+    """The banner's note where ``horovod.bucket_mb`` cannot overlap backprop: under mpirun, a
+    rank of one CPU thread. Open MPI moves a collective's data only while Horovod's thread
+    polls for it, and while backprop runs that thread gets slivers of the core, so the buckets
+    go after backprop (benchmarks/results/network-thread-cpu); Gloo waits in the kernel."""
+    if not (config.horovod.bucket_mb and world.size > 1 and world.controller == "mpi"
+            and world.device.startswith("/CPU") and world.intra_op_threads == 1):
+        return None
+    return ("buckets under mpirun with one core per rank wait for backprop to end (Open MPI "
+            "moves data only while Horovod's thread polls); horovodrun --gloo overlaps them: "
+            "docs/horovod-options.md, bucket_mb")
+
+
 def banner(config: Config, world: Any, *, data: str, params: int, steps: int, peak_lr: float,
            start_epoch: int, horovod_in_force: str, run_dir: str, hvdtrain: str) -> str:
     """Rank 0's banner at the start of training: hvdtrain's version (version.describe()),
@@ -29,6 +42,8 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
     options = "".join(f", {option}" for option in changed_gradient_options(c))
     reduction = (f", buckets {c.horovod.bucket_mb:g} MB" if c.horovod.bucket_mb else "") + (
         "" if c.horovod.flatten else ", grouped all-reduce")
+    note = buckets_note(c, w)
+    note_line = f"  note  {note}\n" if note else ""
     return (
         f"hvdtrain {hvdtrain}: {w.size} rank{'s' if w.size > 1 else ''} ({w.controller}), "
         f"{w.device} x {w.intra_op_threads} threads per rank\n"
@@ -43,6 +58,7 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
         f"{steps} steps per epoch, epochs {start_epoch + 1}..{c.train.epochs}\n"
         f"  loop  {c.train.loop}, {c.train.precision}{options}\n"
         f"  horovod {horovod_in_force}{reduction}\n"
+        f"{note_line}"
         f"  stack {w.stack}\n"
         f"  run   {run_dir}")
 

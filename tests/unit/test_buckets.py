@@ -85,6 +85,27 @@ def test_the_banner_names_the_bucket_size_when_set():
                      "  horovod fusion 128 MB, grouped all-reduce", "  horovod fusion 128 MB"]
 
 
+def test_the_banner_notes_buckets_that_wait_for_backprop_under_mpirun_on_one_core():
+    config = presets.digits()
+    bucketed = dataclasses.replace(config, horovod=HorovodConfig(bucket_mb=2.0))
+
+    def notes(cfg, world):
+        text = report.banner(cfg, world, data="d", params=1, steps=1, peak_lr=0.1,
+                             start_epoch=0, horovod_in_force="fusion 128 MB", run_dir="r",
+                             hvdtrain="0.2.0")
+        return [line for line in text.splitlines() if line.startswith("  note")]
+    one_core = dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 1, 1, "stack")
+    [note] = notes(bucketed, one_core)
+    assert "mpirun" in note and "horovodrun --gloo" in note and "bucket_mb" in note
+    # Controls: no note under Gloo, with more threads, on a GPU, alone, or without buckets.
+    for world in (dist.World(0, 2, 0, 2, "gloo", "/CPU:0", 1, 1, "stack"),
+                  dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 4, 2, "stack"),
+                  dist.World(0, 2, 0, 2, "mpi", "/GPU:0", 1, 1, "stack"),
+                  dist.World(0, 1, 0, 1, "mpi", "/CPU:0", 1, 1, "stack")):
+        assert notes(bucketed, world) == []
+    assert notes(config, one_core) == []
+
+
 def test_flat_layout_starts_every_gradient_on_a_64_byte_boundary():
     assert flat_layout([16, 1, 17, 0, 32], 4) == [16, 16, 32, 0, 32]   # float32: 16 a row
     assert flat_layout([1, 33], 2) == [32, 64]                          # float16: 32
