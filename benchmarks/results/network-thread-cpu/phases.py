@@ -7,7 +7,10 @@ training thread computed (its share over 0.5 in a sample's interval).
 
 names each run's two ranks by the order bench network ran them in one round at one speed:
 each system on the link, then each on one host."""
-import collections, gzip, json, sys
+import collections
+import gzip
+import json
+import sys
 
 def processes(path):
     life = collections.defaultdict(list)
