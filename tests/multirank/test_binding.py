@@ -171,6 +171,11 @@ def cli_summary(tmp_path: Path, launcher: str, ranks: int, batch: int, *args: st
     assert "model binding_worker:dense_first_on_input, 1,232 parameters" in job.output
     if args:  # Keras 3's buckets, named on the banner's horovod line
         assert re.search(r"  horovod fusion .*, buckets 0.0001 MB$", job.output, re.M), job.output
+        # Under mpirun the banner notes buckets that wait for backprop: one thread per rank.
+        threads = re.search(r"x (\d+) threads per rank", job.output)
+        assert threads, job.output
+        noted = "  note  buckets under mpirun with one core per rank" in job.output
+        assert noted == (launcher == "mpi" and threads[1] == "1"), job.output
     return json.loads((run_dir / "summary.json").read_text())
 
 
