@@ -44,12 +44,18 @@ def test_efficiency_and_the_ratio_to_horovod_are_per_round():
     assert alone["links"][0]["hvdtrain_over_horovod"] is None
 
 
-def test_fp16_is_set_against_horovods_fp16_and_its_column_shows_only_where_both_ran():
-    fp16 = [{"load_average": r["load_average"],
-             "one_host": {f"{k}-fp16": v for k, v in r["one_host"].items()},
+def rounds_as(names, link_scale=1.0):
+    """ROUNDS with its systems renamed by ``names`` (hvdtrain and horovod to other systems),
+    their rates on the link times ``link_scale``."""
+    return [{"load_average": r["load_average"],
+             "one_host": {names[k]: v for k, v in r["one_host"].items()},
              "links": {"0.1": {**r["links"]["0.1"], "systems": {
-                 f"{k}-fp16": v * 1.5 for k, v in r["links"]["0.1"]["systems"].items()}}}}
+                 names[k]: v * link_scale for k, v in r["links"]["0.1"]["systems"].items()}}}}
             for r in ROUNDS]
+
+
+def test_fp16_is_set_against_horovods_fp16_and_its_column_shows_only_where_both_ran():
+    fp16 = rounds_as({"hvdtrain": "hvdtrain-fp16", "horovod": "horovod-fp16"}, link_scale=1.5)
     names = ["hvdtrain-fp16", "horovod-fp16"]
     result = {"systems": dict.fromkeys(names, ""), **network_figures.figures(fp16, [0.1], names)}
     [link] = result["links"]
@@ -156,13 +162,7 @@ def test_not_root_is_one_line(monkeypatch, capsys):
 
 
 def test_gloos_buckets_are_set_against_horovods_script():
-    gloo = [{"load_average": r["load_average"],
-             "one_host": {"hvdtrain-gloo-overlap": r["one_host"]["hvdtrain"],
-                          "horovod": r["one_host"]["horovod"]},
-             "links": {"0.1": {**r["links"]["0.1"], "systems": {
-                 "hvdtrain-gloo-overlap": r["links"]["0.1"]["systems"]["hvdtrain"],
-                 "horovod": r["links"]["0.1"]["systems"]["horovod"]}}}}
-            for r in ROUNDS]
+    gloo = rounds_as({"hvdtrain": "hvdtrain-gloo-overlap", "horovod": "horovod"})
     names = ["hvdtrain-gloo-overlap", "horovod"]
     result = {"systems": dict.fromkeys(names, ""), **network_figures.figures(gloo, [0.1], names)}
     [link] = result["links"]

@@ -71,16 +71,20 @@ def test_bucket_mb_below_zero_is_refused_with_one_line():
     assert HorovodConfig().bucket_mb == 0 and HorovodConfig(bucket_mb=0.5).bucket_mb == 0.5
 
 
+def banner_lines(config, world, prefix):
+    """The lines of rank 0's banner for ``config`` and ``world`` that start with ``prefix``."""
+    text = report.banner(config, world, data="d", params=1, steps=1, peak_lr=0.1, start_epoch=0,
+                         horovod_in_force="fusion 128 MB", run_dir="r", hvdtrain="0.2.0")
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
 def test_the_banner_names_the_bucket_size_when_set():
     config = presets.digits()
     bucketed = dataclasses.replace(config, horovod=HorovodConfig(bucket_mb=2.5))
     grouped = dataclasses.replace(config, horovod=HorovodConfig(flatten=False))
     world = dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 1, 1, "stack")
     lines = [line for cfg in (bucketed, grouped, config)
-             for line in report.banner(cfg, world, data="d", params=1, steps=1, peak_lr=0.1,
-                                       start_epoch=0, horovod_in_force="fusion 128 MB",
-                                       run_dir="r", hvdtrain="0.2.0").splitlines()
-             if line.startswith("  horovod")]
+             for line in banner_lines(cfg, world, "  horovod")]
     assert lines == ["  horovod fusion 128 MB, buckets 2.5 MB",
                      "  horovod fusion 128 MB, grouped all-reduce", "  horovod fusion 128 MB"]
 
@@ -88,22 +92,16 @@ def test_the_banner_names_the_bucket_size_when_set():
 def test_the_banner_notes_buckets_that_wait_for_backprop_under_mpirun_on_one_core():
     config = presets.digits()
     bucketed = dataclasses.replace(config, horovod=HorovodConfig(bucket_mb=2.0))
-
-    def notes(cfg, world):
-        text = report.banner(cfg, world, data="d", params=1, steps=1, peak_lr=0.1,
-                             start_epoch=0, horovod_in_force="fusion 128 MB", run_dir="r",
-                             hvdtrain="0.2.0")
-        return [line for line in text.splitlines() if line.startswith("  note")]
     one_core = dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 1, 1, "stack")
-    [note] = notes(bucketed, one_core)
+    [note] = banner_lines(bucketed, one_core, "  note")
     assert "mpirun" in note and "horovodrun --gloo" in note and "bucket_mb" in note
     # Controls: no note under Gloo, with more threads, on a GPU, alone, or without buckets.
     for world in (dist.World(0, 2, 0, 2, "gloo", "/CPU:0", 1, 1, "stack"),
                   dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 4, 2, "stack"),
                   dist.World(0, 2, 0, 2, "mpi", "/GPU:0", 1, 1, "stack"),
                   dist.World(0, 1, 0, 1, "mpi", "/CPU:0", 1, 1, "stack")):
-        assert notes(bucketed, world) == []
-    assert notes(config, one_core) == []
+        assert banner_lines(bucketed, world, "  note") == []
+    assert banner_lines(config, one_core, "  note") == []
 
 
 def test_flat_layout_starts_every_gradient_on_a_64_byte_boundary():

@@ -7,12 +7,11 @@ round's one-host step and link) and each overlapping system's step over max(comp
     .venv/bin/python benchmarks/results/network-gloo-horovod/from_log.py run.log GRADIENT_BYTES
 """
 import re
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))   # the repository's hvdtrain
-from hvdtrain.bench.shared import network_projection, network_systems   # noqa: E402
+from hvdtrain.bench.shared import network_projection, network_systems, stats   # noqa: E402
 
 BATCH_PER_RANK = 16
 
@@ -33,9 +32,9 @@ for line in open(sys.argv[1]):
 
 
 def summary(values):
-    mid = statistics.median(values)
-    return (f"{mid:.2f} (" + ", ".join(f"{v:.2f}" for v in values)
-            + f"; spread {(max(values) - min(values)) / mid:.0%})")
+    ratio = stats.ratio_summary(values)
+    return (f"{ratio['median']:.2f} (" + ", ".join(f"{v:.2f}" for v in values)
+            + f"; spread {ratio['spread']:.0%})")
 
 
 rounds = sorted({r for r, _, _ in rates})
