@@ -3,9 +3,10 @@
 cd "$(dirname "$0")/../../.."
 out="${1:-/tmp/network-bucket-size}"
 rounds="${ROUNDS:-3}"
+first="${FIRST_ROUND:-1}"   # to resume a run that was stopped
 sizes=(1 2 4 8)
 echo "start $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
-for ((r = 1; r <= rounds; r++)); do
+for ((r = first; r <= rounds; r++)); do
     order=("${sizes[@]}")
     if ((r % 2 == 0)); then order=($(printf '%s\n' "${sizes[@]}" | tac)); fi
     for mb in "${order[@]}"; do
