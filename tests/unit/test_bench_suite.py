@@ -47,6 +47,11 @@ def test_a_summary_is_the_median_and_the_spread():
     assert not stats.ratio_summary([-1.0, -1.02, -0.99])["noise"]   # control: a tight one
 
 
+def test_a_per_round_figure_prints_every_round_beside_its_median_and_spread():
+    assert stats.rounds_text([0.69, 1.01, 1.05]) == "1.01 (0.69, 1.01, 1.05; spread 36%)"
+    assert stats.rounds_text([0.9, 0.9]) == "0.90 (0.90, 0.90; spread 0%)"   # control: no spread
+
+
 def test_a_ratio_just_under_its_target_prints_as_a_miss():
     # tax.md printed 0.9796 as "0.980" and a 9.8% spread as "10%": a miss of 0.98 hidden.
     close = stats.ratio_summary([0.9796, 0.93, 1.026])

@@ -5,15 +5,13 @@ Backprop (cost_model.BACKWARD_SHARE of the round's one-host step) runs from the 
 to the first, and a variable's gradient is taken to be ready once the backward pass has done
 the forward FLOPs of that variable's layer and of every layer after it, in proportion. The
 buckets are hvdtrain's own (reducer.buckets); a bucket's transfer starts when its last gradient
-is ready and the one before has finished. For every run's network.json in DIR: the measured
-step, the cost model's and this pipeline's, and the pipeline's error.
+is ready and the one before has finished. For every run in DIR (summary.read_runs): the
+measured step, the cost model's and this pipeline's, and the pipeline's error.
 
     .venv/bin/python benchmarks/results/network-bucket-size/pipeline_model.py DIR
 """
-import json
 import math
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -24,8 +22,7 @@ import keras  # noqa: E402
 from hvdtrain.bench.shared.cost_model import BACKWARD_SHARE  # noqa: E402
 from hvdtrain.config import MB  # noqa: E402
 from hvdtrain.distributed.reducer import buckets  # noqa: E402
-
-SYSTEM = "hvdtrain-gloo-overlap"
+from summary import read_runs  # noqa: E402   # this folder's summary.py, beside this script
 
 
 def variables():
@@ -61,13 +58,8 @@ def pipelined_step(rows, one_host_step, gbit_per_s, bucket_mb):
 
 rows = variables()
 print(f"{len(rows)} variables, {sum(s for s, _ in rows)} bytes")
-for path in sorted(Path(sys.argv[1]).glob("mb*-round*/network.json")):
-    bucket_mb = int(re.match(r"mb(\d+)", path.parent.name)[1])
-    link = json.loads(path.read_text())["links"][0]
-    model = link["projection"][SYSTEM]
-    measured = model["measured_step_s"]["median"]
-    piped = pipelined_step(rows, model["one_host_step_s"]["median"],
-                           link["both_ways_gbit_per_s"]["median"], bucket_mb)
-    print(f"{path.parent.name}: measured {measured:.2f} s, cost model "
-          f"{model['predicted_step_s']['median']:.2f} ({model['error']['median']:+.1%}), "
-          f"pipelined {piped:.2f} ({piped / measured - 1:+.1%})")
+for (bucket_mb, r), got in sorted(read_runs(sys.argv[1]).items()):
+    piped = pipelined_step(rows, got["one_host_step"], got["both_ways"], bucket_mb)
+    print(f"mb{bucket_mb}-round{r}: measured {got['measured_step']:.2f} s, cost model "
+          f"{got['predicted_step']:.2f} ({got['error']:+.1%}), "
+          f"pipelined {piped:.2f} ({piped / got['measured_step'] - 1:+.1%})")

@@ -31,12 +31,6 @@ for line in open(sys.argv[1]):
         rates[(*at, m[1])] = float(m[2])
 
 
-def summary(values):
-    ratio = stats.ratio_summary(values)
-    return (f"{ratio['median']:.2f} (" + ", ".join(f"{v:.2f}" for v in values)
-            + f"; spread {ratio['spread']:.0%})")
-
-
 rounds = sorted({r for r, _, _ in rates})
 for where in ["0.05", "0.1", "1", "one host"]:
     print(f"{where if where == 'one host' else where + ' Gbit/s'}:")
@@ -50,7 +44,7 @@ for where in ["0.05", "0.1", "1", "one host"]:
         per = [rates[(r, where, ours)] / rates[(r, where, theirs)] for r in rounds
                if (r, where, ours) in rates and (r, where, theirs) in rates]
         if per:
-            print(f"  {ours} / {theirs}, per round: {summary(per)}")
+            print(f"  {ours} / {theirs}, per round: {stats.rounds_text(per)}")
 
 systems = network_systems.systems(2.0)
 print("cost model: predicted / measured step s (error); overlap: step / max(compute, transfer)")

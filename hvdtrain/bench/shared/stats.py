@@ -34,6 +34,14 @@ def ratio_text(ratio: Mapping[str, Any]) -> str:
     return f"{ratio['median']:.4f} (spread {ratio['spread']:.1%})"
 
 
+def rounds_text(per_round: Sequence[float]) -> str:
+    """'1.01 (0.69, 1.01, 1.05; spread 35%)': a per-round figure's median, every round, and the
+    spread, as the result folders' own summaries print them."""
+    ratio = ratio_summary(per_round)
+    each = ", ".join(f"{v:.2f}" for v in per_round)
+    return f"{ratio['median']:.2f} ({each}; spread {ratio['spread']:.0%})"
+
+
 def verdict(value: float, target: float, *, at_least: bool = True,
             noise: bool = False) -> str:
     """'meets >= 0.98', 'misses >= 0.98', or 'noise: does not count' when the figure's spread
