@@ -172,9 +172,11 @@ def check_scaling(scaled: dict) -> None:
         assert len(row["raw"]) == ranks                     # every rank reported its own count
         assert row["total_samples_per_sec"]["median"] > 0
         assert_total_is_every_ranks_samples_over_the_slowest_time(row)
-        # The same budget at every N: one core and one intra-op thread per rank, recorded.
+        # The same budget at every N: one core, one intra-op thread and two inter-op threads
+        # per rank (dist.init's defaults on one core), recorded.
         assert len(row["core_budget"]) == ranks and all(
-            len(b["cores"]) == 1 and b["intra_op_threads"] == 1 for b in row["core_budget"])
+            len(b["cores"]) == 1 and b["intra_op_threads"] == 1 and b["inter_op_threads"] == 2
+            for b in row["core_budget"])
         # hvdtrain's launch defaults, as the ranks found them (a rank alone: a long cycle).
         assert row["rank_env"]["OMPI_MCA_mpi_yield_when_idle"] == "1"
         assert row["rank_env"]["HOROVOD_CYCLE_TIME"] == ("5" if ranks == 1 else "0.2")

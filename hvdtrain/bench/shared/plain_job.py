@@ -55,7 +55,8 @@ def plain_job(options: dict[str, Any]) -> PlainJob:
 
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])
     share = placement.threads_per_rank(*placement.cores_available(), 1)
-    intra, inter = cfg.run.intra_op_threads or share, cfg.run.inter_op_threads or min(2, share)
+    intra, inter = placement.thread_counts(share, cfg.run.intra_op_threads,
+                                           cfg.run.inter_op_threads)
     tf.config.threading.set_intra_op_parallelism_threads(intra)
     tf.config.threading.set_inter_op_parallelism_threads(inter)
     model, x, y = compiled_work(cfg)
