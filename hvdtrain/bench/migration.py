@@ -5,7 +5,7 @@ Keras 3's own change), on this interpreter's Keras 3 stack, against the same scr
 with Horovod's own module on the Keras 2 stack (``--horovod-venv``).
 
 Both sides run bench scaling's settings for Horovod's script (MobileNetV2 224x224x3, batch 16
-per rank, mpirun --bind-to core, one intra-op and two inter-op threads per rank: shared/
+per rank, mpirun --bind-to core, one intra-op and inter-op thread per rank: shared/
 horovod_synthetic.py) with longer iterations (FULL), at 1 and 2 ranks, in interleaved rounds
 (Keras 2 first, then Keras 3 first, ...); each side's figure is the median of its iterations
 (rank 0's img/s times N, the script's own method); the result is the median over rounds of

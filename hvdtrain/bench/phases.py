@@ -82,6 +82,7 @@ def measure(workload: Workload, plan: plans.Plan, work_dir: Path, python: str,
     rates = steps.repeat_rates(raw["ranks"])
     return {"stack": raw["stack"], "controller": raw["controller"],
             "params": raw["ranks"][0]["params"],
+            "inter_op_threads": raw["ranks"][0]["inter_op_threads"],
             "samples_per_sec": stats.summarize(rates)["median"], **found}
 
 

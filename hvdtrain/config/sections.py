@@ -165,9 +165,9 @@ class RunConfig:
                         default="auto")
     intra_op_threads: int = _help("TensorFlow threads inside one op, per rank; 0: this rank's "
                                   "share of the cores", default=0)
-    inter_op_threads: int = _help("TensorFlow ops run in parallel, per rank; 0: 2, also on "
-                                  "one core (an all-reduce bucket then starts during "
-                                  "backprop)", default=0)
+    inter_op_threads: int = _help("TensorFlow ops run in parallel, per rank; 0: 2, or 1 on "
+                                  "one core without horovod.bucket_mb (with buckets, 2 let "
+                                  "each start during backprop)", default=0)
     keep_checkpoints: int = _help("checkpoints kept in run_dir/checkpoints (oldest removed)",
                                   default=3)
     tensorboard: bool = _help("write TensorBoard logs to run_dir/tensorboard", default=True)

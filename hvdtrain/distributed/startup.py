@@ -46,7 +46,8 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
     share = placement.threads_per_rank(*placement.cores_available(), local_size)
-    intra, inter = placement.thread_counts(share, intra_op_threads, inter_op_threads)
+    intra, inter = placement.thread_counts(share, intra_op_threads, inter_op_threads,
+                                           overlap=bool(options and options.bucket_mb))
     given = placement.given_devices(os.environ)
     try:
         placed, problem, pinned = _pin_device(local_rank, local_size, device, given)

@@ -68,17 +68,21 @@ def threads_per_rank(available_cores: int, total_cores: int, local_size: int) ->
     return max(1, total_cores // max(1, local_size))
 
 
-# TensorFlow ops a rank runs at once, on one core too: with one, TensorFlow runs the gradients
-# that no later op needs (a bias's, a 1x1 convolution's kernel) at the end of backprop, so the
-# all-reduce bucket that holds one waits for the whole backward pass
-# (benchmarks/results/network-inter-op/).
+# TensorFlow ops a rank runs at once where its all-reduce overlaps backprop (buckets), on one
+# core too: with one, TensorFlow runs the gradients that no later op needs (a bias's, a 1x1
+# convolution's kernel) at the end of backprop, so the bucket that holds one waits for the
+# whole backward pass (benchmarks/results/network-inter-op/). Without buckets, a rank of one
+# core keeps one: a small model's step then has no thread hand-offs.
 INTER_OP_THREADS = 2
 
 
-def thread_counts(share: int, intra_op: int = 0, inter_op: int = 0) -> tuple[int, int]:
+def thread_counts(share: int, intra_op: int = 0, inter_op: int = 0, *,
+                  overlap: bool = False) -> tuple[int, int]:
     """(intra-op, inter-op) TensorFlow threads of a rank with ``share`` cores, each the one
-    asked for, or where 0: all its cores inside an op, and INTER_OP_THREADS ops at once."""
-    return intra_op or share, inter_op or INTER_OP_THREADS
+    asked for, or where 0: all its cores inside an op, and INTER_OP_THREADS ops at once, or
+    fewer where the rank has fewer cores and its all-reduce does not ``overlap`` backprop."""
+    return intra_op or share, inter_op or (INTER_OP_THREADS if overlap
+                                           else min(INTER_OP_THREADS, share))
 
 
 def cores_available() -> tuple[int, int]:

@@ -9,12 +9,14 @@ from hvdtrain.launch import placement
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
 
 
-def test_thread_counts_run_two_ops_at_once_on_one_core_too():
-    # Two inter-op threads on one core: with one, a bucket waits for the end of backprop.
-    assert placement.thread_counts(1) == (1, 2)
-    assert placement.thread_counts(8) == (8, 2)
-    # Control: what the user asked for stands.
-    assert placement.thread_counts(1, intra_op=3, inter_op=1) == (3, 1)
+def test_thread_counts_run_two_ops_at_once_where_buckets_overlap_backprop():
+    # Two inter-op threads on one core with buckets: with one, a bucket waits for the end of
+    # backprop. Control: one core without buckets keeps one.
+    assert placement.thread_counts(1, overlap=True) == (1, 2)
+    assert placement.thread_counts(1) == (1, 1)
+    assert placement.thread_counts(8) == placement.thread_counts(8, overlap=True) == (8, 2)
+    # What the user asked for stands.
+    assert placement.thread_counts(1, intra_op=3, inter_op=1, overlap=True) == (3, 1)
 
 
 def test_threads_per_rank():

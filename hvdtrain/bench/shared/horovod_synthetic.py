@@ -7,10 +7,9 @@ It cannot run on Keras 3 (``'Variable' object has no attribute 'ref'``): ``--hor
 hvdtrain runs on this one's; the result records each side's versions.
 
 Both train MobileNetV2 (224x224x3 inputs, 1000 classes, random weights) with batch 16 per rank
-on one core per rank (``mpirun --bind-to core``) with one TensorFlow intra-op thread and two
-inter-op threads (hvdtrain's own choice on one core, placement.thread_counts; Horovod's script
-through TF_NUM_INTRAOP_THREADS and TF_NUM_INTEROP_THREADS), each with its own defaults
-otherwise. Horovod's script reports rank
+on one core per rank (``mpirun --bind-to core``) and one TensorFlow intra-op and inter-op thread
+(hvdtrain's own choice on one core; Horovod's script through TF_NUM_INTRAOP_THREADS and
+TF_NUM_INTEROP_THREADS), each with its own defaults otherwise. Horovod's script reports rank
 0's rate times N; hvdtrain's figure is counted over all ranks (see trainer_job.py). Rounds
 interleave the two (Horovod first, then hvdtrain first, ...) at each world size; the result is
 the median over rounds of hvdtrain / Horovod, with its spread.
@@ -23,7 +22,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hvdtrain.launch import placement
 from hvdtrain.bench.shared import host, jobs, launch, report, stats, steps, targets, trainer_job
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.bench.shared.workloads import Workload
@@ -33,9 +31,8 @@ WORLD_SIZES = (1, 2)
 FULL = Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=3, steps_per_repeat=4)
 QUICK = Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=2, steps_per_repeat=2)
 ROUNDS, QUICK_ROUNDS = 3, 1
-# The threads hvdtrain's rank chooses on one core (placement.thread_counts).
-THREAD_ENV = {name: str(count) for name, count in zip(
-    ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"), placement.thread_counts(1))}
+# One thread each, as hvdtrain's rank chooses on one core (placement.threads_per_rank).
+THREAD_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 # The lines of Horovod's TF2 scripts that change to run on hvdtrain.horovod under Keras 3, each
 # (old, new): the import, and Keras 3's Optimizer.variables, a property (Keras 2: a method).
 # bench migration and scripts/horovod_examples.py both apply them.
@@ -122,8 +119,7 @@ def run(script: Path | None, *, quick: bool, horovod_python: str = sys.executabl
                 measured[ranks].append(row)
     return {"script": str(script), "model": "MobileNetV2 224x224x3, 1000 classes",
             "batch_size_per_rank": MODEL.batch_size,
-            "launch": f"mpirun --bind-to core, {THREAD_ENV['TF_NUM_INTRAOP_THREADS']} intra-op "
-                      f"and {THREAD_ENV['TF_NUM_INTEROP_THREADS']} inter-op threads per rank",
+            "launch": "mpirun --bind-to core, one intra-op and one inter-op thread per rank",
             "versions": {"hvdtrain": host.stack_versions(), "horovod": theirs},
             "plan": {"rounds": rounds, "warmup_steps": plan.steps_per_repeat + 1,
                      "repeats": plan.repeats, "steps_per_repeat": plan.steps_per_repeat},

@@ -40,7 +40,7 @@ def rank_main(options: dict[str, Any]) -> None:
 
     cfg = presets.build_config(options["preset"], assignments=options["assignments"])
     world = dist.init(device="cpu", intra_op_threads=cfg.run.intra_op_threads,
-                      inter_op_threads=cfg.run.inter_op_threads)
+                      inter_op_threads=cfg.run.inter_op_threads, options=cfg.horovod)
     timer = steps.step_timer(steps.slow_rank_delay(os.environ.get(steps.SLOW_RANK_ENV, ""),
                                                 world.rank))
     job = trainer.Trainer(cfg, world, extra_callbacks=[timer])
