@@ -4,7 +4,7 @@ cd "$(dirname "$0")/../../.."
 out="${1:-/tmp/network-bucket-size}"
 rounds="${ROUNDS:-3}"
 first="${FIRST_ROUND:-1}"   # to resume a run that was stopped
-sizes=(1 2 4 8)
+sizes=(${SIZES:-1 2 4 8})   # SIZES="2 8" for fewer
 echo "start $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = first; r <= rounds; r++)); do
     order=("${sizes[@]}")
