@@ -27,13 +27,13 @@ SPEED_MBIT = 100
 # (where, bucket_mb, inter-op threads): the link runs, then one host without buckets (compute).
 ARMS = [("link", 2, 1), ("link", 2, 2), ("link", 8, 1), ("link", 8, 2),
         ("one host", 0, 1), ("one host", 0, 2)]
-WARMUP_STEPS = 4   # the timeline's first steps: the warmup epoch
 
 
-def bucket_times(path):
+def bucket_times(path, skip):
     """Per bucket (by name), in ms from the step's first request, medians over the steps after
-    the warmup: when the first rank asked for it, when the all-reduce ran; and the step's
-    time before its first request (the update, the forward pass, backprop's start)."""
+    the first ``skip`` (the warmup): when the first rank asked for it, when the all-reduce
+    ran; and the step's time before its first request (the update, the forward pass,
+    backprop's start)."""
     events = timelines.read_timeline(path.read_text())
     names = {e["pid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and "name" in e.get("args", {})}
@@ -41,20 +41,26 @@ def bucket_times(path):
     steps = max(len(p.get("ALLREDUCE", [])) for p in phases.values())
     grads = [pid for pid, p in phases.items() if len(p.get("ALLREDUCE", [])) == steps]
     per_step = []
-    for k in range(WARMUP_STEPS, steps):
+    for k in range(max(1, skip), steps):
         first = min(phases[pid]["NEGOTIATE_ALLREDUCE"][k][0] for pid in grads)
         before = first - max(phases[pid]["ALLREDUCE"][k - 1][1] for pid in grads)
         per_step.append((before, {pid: (phases[pid]["NEGOTIATE_ALLREDUCE"][k][0] - first,
                                         *(t - first for t in phases[pid]["ALLREDUCE"][k]))
                                   for pid in grads}))
     med = statistics.median
-    return {"steps": steps - WARMUP_STEPS,
+    return {"steps": steps - skip,
             "before_first_request_ms": med(s[0] for s in per_step) / 1e3,
             "buckets": sorted(({"name": names[pid].rsplit("/", 1)[-1], "mb": sizes[pid] / 1e6,
                                 "request_ms": med(s[1][pid][0] for s in per_step) / 1e3,
                                 "allreduce_ms": [med(s[1][pid][i] for s in per_step) / 1e3
                                                  for i in (1, 2)]}
                                for pid in grads), key=lambda b: b["request_ms"])}
+
+
+def warmup_steps(how):
+    """The timeline's steps of the warmup epochs (an epoch: a repeat's steps and the one that
+    starts its clock), as bench phases counts them."""
+    return how.plan.warmup_epochs * (how.plan.steps_per_repeat + 1)
 
 
 def main(out, rounds):
@@ -90,7 +96,7 @@ def main(out, rounds):
                         system, how.workload, how.plan, Path(tmp),
                         cluster=cluster if on_link else None, across=across)
                     if on_link:
-                        run["timeline"] = bucket_times(Path(timeline["path"]))
+                        run["timeline"] = bucket_times(Path(timeline["path"]), warmup_steps(how))
                     print(f"round {r}, {where}, bucket_mb {mb}, inter-op {inter}: "
                           f"{run['samples_per_sec']:.2f} samples/s, load {run['load']:.2f}",
                           flush=True)

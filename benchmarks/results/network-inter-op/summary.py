@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))   # the repository'
 from hvdtrain.bench.shared import stats   # noqa: E402
 
 SAMPLES_PER_STEP = 32   # 2 ranks at batch 16
-GRADIENT_MB = 14.02     # MobileNetV2-224's float32 gradients (bench network's figure)
 
 
 def step_s(run):
@@ -44,7 +43,8 @@ def main(directory):
             for r in both:
                 run = runs[(r, where, mb, inter)]
                 compute = step_s(runs[(r, "one host", 0, inter)])
-                transfer = GRADIENT_MB * 8e-3 / run["link"]["both_ways_gbit_per_s"]
+                sent = sum(b["mb"] for b in run["timeline"]["buckets"])   # the buckets' bytes
+                transfer = sent * 8e-3 / run["link"]["both_ways_gbit_per_s"]
                 first = run["timeline"]["before_first_request_ms"] / 1e3
                 ideal.append(step_s(run) / max(compute, transfer))
                 floor.append(step_s(run) / (first + transfer))
