@@ -163,8 +163,11 @@ def test_control_horovods_own_launcher_listens_on_every_interface(cluster, tmp_p
             "--gloo", "--network-interface", cluster.interface, "sleep", "3"],
             env=cluster.env(launcher_env()), check=False, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout[-4000:]
-    assert [(host, process) for host, _, process in on_every_interface(seen)] == [
-        (cluster.names[0], "horovodrun")], seen
+    # ss names no process ("?") for a socket sampled as its owner opens or closes it.
+    leaks = on_every_interface(seen)
+    assert {host for host, _, _ in leaks} == {cluster.names[0]}, seen
+    processes = {process for _, _, process in leaks}
+    assert "horovodrun" in processes and processes <= {"horovodrun", "?"}, seen
 
 
 def test_gloo_across_hosts_whose_names_resolve_to_loopback_fails_clearly(cluster, tmp_path):
