@@ -132,7 +132,7 @@ def bench_network(*args: str) -> subprocess.CompletedProcess:
     (["--systems", "hvdtrain,ptp"], "hvdtrain: error: --systems 'hvdtrain,ptp': choose from "
                                     "hvdtrain, hvdtrain-overlap, hvdtrain-fp16, hvdtrain-gloo, "
                                     "hvdtrain-gloo-overlap, "
-                                    "horovod, horovod-fp16"),
+                                    "horovod, horovod-inter-op-2, horovod-fp16"),
     (["--model", "vgg"], "hvdtrain: error: unknown bench network model 'vgg'; choose from "
                          "mobilenetv2, resnet50, mlp"),
     (["--systems", "horovod", "--quick"], "hvdtrain: error: no system left to run (horovod: "

@@ -31,7 +31,8 @@ WORLD_SIZES = (1, 2)
 FULL = Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=3, steps_per_repeat=4)
 QUICK = Plan(world_sizes=WORLD_SIZES, warmup_epochs=1, repeats=2, steps_per_repeat=2)
 ROUNDS, QUICK_ROUNDS = 3, 1
-# One thread each, as hvdtrain's rank chooses on one core (placement.threads_per_rank).
+# One thread each, as hvdtrain's rank chooses on one core without buckets
+# (placement.thread_counts).
 THREAD_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 # The lines of Horovod's TF2 scripts that change to run on hvdtrain.horovod under Keras 3, each
 # (old, new): the import, and Keras 3's Optimizer.variables, a property (Keras 2: a method).
@@ -128,13 +129,15 @@ def run(script: Path | None, *, quick: bool, horovod_python: str = sys.executabl
 
 
 def measure_horovod(script: Path, ranks: int, plan: Plan, python: str, *,
-                    command: list[str] | None = None, env: dict[str, str] | None = None
-                    ) -> float:
+                    command: list[str] | None = None, env: dict[str, str] | None = None,
+                    inter_op_threads: int = 1) -> float:
     """Horovod's script on ``ranks`` ranks: the median over its iterations of rank 0's img/s
     times N (its own method). ``command``: what starts it instead of ``horovod_command`` (bench
-    network's across namespace hosts), with ``env``."""
+    network's across namespace hosts), with ``env``; ``inter_op_threads``: TensorFlow's, per
+    rank."""
+    threads = {**THREAD_ENV, "TF_NUM_INTEROP_THREADS": str(inter_op_threads)}
     output = jobs.run_job(command or horovod_command(script, ranks, plan, python),
-                          env={**(env or {}), **THREAD_ENV},
+                          env={**(env or {}), **threads},
                           what=f"Horovod's synthetic benchmark on {ranks} ranks")
     per_rank = horovod_rates(output)
     if not per_rank:

@@ -22,7 +22,10 @@ RATIOS = (("hvdtrain_over_horovod", "hvdtrain / Horovod", ("hvdtrain", "horovod"
           ("fp16_over_horovod_fp16", "hvdtrain fp16 / Horovod fp16",
            ("hvdtrain-fp16", "horovod-fp16")),
           ("gloo_overlap_over_horovod", "hvdtrain Gloo buckets / Horovod",
-           ("hvdtrain-gloo-overlap", "horovod")))
+           ("hvdtrain-gloo-overlap", "horovod")),
+          ("gloo_overlap_over_horovod_inter_op_2",
+           "hvdtrain Gloo buckets / Horovod, 2 inter-op threads",
+           ("hvdtrain-gloo-overlap", "horovod-inter-op-2")))
 
 
 def speed_key(gbit_per_s: float) -> str:

@@ -32,6 +32,7 @@ class System:
     settings: tuple[str, ...] = ()           # hvdtrain config settings over the workload's
     horovod_script: bool = False             # Horovod's own synthetic benchmark instead
     script_args: tuple[str, ...] = ()        # Horovod's script's own options
+    script_inter_op_threads: int = 1         # TensorFlow's inter-op threads for the script
     # How the cost model sees it (network_projection.py): the share of the float32 gradients'
     # bytes it sends, and whether it reduces while backprop runs.
     gradient_share: float = 1.0
@@ -58,6 +59,11 @@ def systems(bucket_mb: float) -> dict[str, System]:
         System("horovod", "Horovod's tensorflow2_synthetic_benchmark.py on the Keras 2 venv "
                           "(per-tensor all-reduce during backprop; mpirun)",
                horovod_script=True, overlaps_backprop=True),
+        # Its per-tensor reduction overlaps backprop as hvdtrain's buckets do, which run two
+        # inter-op threads (placement.thread_counts): the script given the same.
+        System("horovod-inter-op-2", "Horovod's script as `horovod`, two TensorFlow inter-op "
+                                     "threads per rank (as hvdtrain's with buckets)",
+               horovod_script=True, script_inter_op_threads=2, overlaps_backprop=True),
         System("horovod-fp16", "Horovod's script as `horovod`, gradients all-reduced as "
                                "float16 (its --fp16-allreduce)",
                horovod_script=True, script_args=("--fp16-allreduce",), gradient_share=0.5,
@@ -135,8 +141,9 @@ def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Pat
                                                 workload.workload.batch_size),
                 *system.script_args]
         command = across["mpi"](argv) if cluster else launch.launch_command("mpi", RANKS, argv)
-        return horovod_synthetic.measure_horovod(script, RANKS, plan, python, command=command,
-                                                 env=env)
+        return horovod_synthetic.measure_horovod(
+            script, RANKS, plan, python, command=command, env=env,
+            inter_op_threads=system.script_inter_op_threads)
     job_plan = replace(plan, launcher=system.launcher)
     done = trainer_job.measure(workload.workload, RANKS, job_plan, work_dir, sys.executable,
                                settings=(*workload.settings, *system.settings),
