@@ -76,35 +76,54 @@ def test_fp16_is_set_against_horovods_fp16_and_its_column_shows_only_where_both_
 
 def test_the_cost_model_predicts_each_step_from_the_rounds_one_host_step_and_the_link():
     table = network_systems.systems(2.0)
-    chosen = [table["hvdtrain"], table["horovod"]]
+    chosen = [table["hvdtrain"], table["hvdtrain-gloo-overlap"]]
+    rounds = rounds_as({"hvdtrain": "hvdtrain", "horovod": "hvdtrain-gloo-overlap"})
     # 1 MB of gradients at a measured 0.095 Gbit/s: the 2-rank ring moves 1 MB per rank.
     transfer = 1e6 * 8 / 0.095e9
-    out = network_projection.projection(ROUNDS[:1], 0.1, chosen, 16, 1e6)
+    out = network_projection.projection(rounds[:1], 0.1, chosen, 16, 1e6)
     after = out["projection"]["hvdtrain"]
     # After backprop the transfer adds to the one-host step (32 samples at 100/s)...
     assert after["predicted_step_s"]["median"] == pytest.approx(0.32 + transfer)
     assert after["measured_step_s"]["median"] == pytest.approx(32 / 40)
     assert out["projection_error"]["median"] == pytest.approx((0.32 + transfer) / 0.8 - 1)
-    # ...while overlapping backprop (Horovod's script) hides it behind 2/3 of its 0.64 s step
-    # (control: the same link, the transfer no longer added).
-    during = out["projection"]["horovod"]
+    # ...while overlapping backprop under Gloo hides it behind 2/3 of its 0.64 s step
+    # (control: the same link, the transfer no longer added)...
+    during = out["projection"]["hvdtrain-gloo-overlap"]
     assert during["predicted_step_s"]["median"] == pytest.approx(0.64)
     assert during["transfer_s"]["median"] == pytest.approx(transfer)
+    # ...and under mpirun, on a rank's one core, the transfer waits for backprop: Horovod's
+    # script and hvdtrain's buckets there add it, as one all-reduce after backprop does.
+    for name in ("horovod", "hvdtrain-overlap", "horovod-fp16"):
+        assert table[name].overlaps_backprop and not table[name].transfer_hides
+        mpi = network_projection.predicted_step(table[name], 0.64, 1e6, 0.095)
+        assert mpi["step_s"] == pytest.approx(0.64 + table[name].gradient_share * transfer)
     # fp16 compression sends half the bytes.
     half = network_projection.predicted_step(table["hvdtrain-fp16"], 0.32, 1e6, 0.095)
     assert half["bandwidth_s"] == pytest.approx(transfer / 2)
-    # Overlap against its ideal, for every system that reduces during backprop: Horovod's
-    # script's 1.6 s step over max(0.64 s of compute, the transfer); not for hvdtrain's one
+    # Overlap against its ideal, for every system that reduces during backprop: the Gloo
+    # buckets' 1.6 s step over max(0.64 s of compute, the transfer); not for hvdtrain's one
     # all-reduce after backprop, and nothing where no such system ran (the control).
-    assert set(out["overlap_over_ideal"]) == {"horovod"}
-    assert out["overlap_over_ideal"]["horovod"]["per_round"] == pytest.approx([1.6 / 0.64])
-    after_only = network_projection.projection(ROUNDS[:1], 0.1, chosen[:1], 16, 1e6)
+    assert set(out["overlap_over_ideal"]) == {"hvdtrain-gloo-overlap"}
+    assert out["overlap_over_ideal"]["hvdtrain-gloo-overlap"]["per_round"] == pytest.approx(
+        [1.6 / 0.64])
+    after_only = network_projection.projection(rounds[:1], 0.1, chosen[:1], 16, 1e6)
     assert after_only["overlap_over_ideal"] is None
     # Where the probe measured both ways at once, the ring's transfer is read from that figure.
-    both = [{**ROUNDS[0], "links": {"0.1": {**ROUNDS[0]["links"]["0.1"], "link": {
+    both = [{**rounds[0], "links": {"0.1": {**rounds[0]["links"]["0.1"], "link": {
         "achieved_gbit_per_s": 0.095, "both_ways_gbit_per_s": 0.0475}}}}]
     slower = network_projection.projection(both, 0.1, chosen, 16, 1e6)["projection"]["hvdtrain"]
     assert slower["transfer_s"]["median"] == pytest.approx(2 * transfer)
+
+
+def test_horovods_script_under_gloo_on_one_host_runs_each_rank_on_its_local_ranks_core():
+    show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    for local_rank in ("0", "1"):
+        done = subprocess.run(network_systems.pinned("gloo", show), capture_output=True,
+                              text=True, timeout=30,
+                              env={**os.environ, "HOROVOD_LOCAL_RANK": local_rank})
+        assert done.stdout.strip() == f"[{local_rank}]", done.stderr
+    # Control: mpirun --bind-to core binds the ranks itself; its command is left as it is.
+    assert network_systems.pinned("mpi", show) == show
 
 
 def test_the_tbf_command_and_its_bucket():
@@ -132,7 +151,7 @@ def bench_network(*args: str) -> subprocess.CompletedProcess:
     (["--systems", "hvdtrain,ptp"], "hvdtrain: error: --systems 'hvdtrain,ptp': choose from "
                                     "hvdtrain, hvdtrain-overlap, hvdtrain-fp16, hvdtrain-gloo, "
                                     "hvdtrain-gloo-overlap, "
-                                    "horovod, horovod-inter-op-2, horovod-fp16"),
+                                    "horovod, horovod-inter-op-2, horovod-gloo, horovod-fp16"),
     (["--model", "vgg"], "hvdtrain: error: unknown bench network model 'vgg'; choose from "
                          "mobilenetv2, resnet50, mlp"),
     (["--systems", "horovod", "--quick"], "hvdtrain: error: no system left to run (horovod: "

@@ -25,7 +25,9 @@ RATIOS = (("hvdtrain_over_horovod", "hvdtrain / Horovod", ("hvdtrain", "horovod"
            ("hvdtrain-gloo-overlap", "horovod")),
           ("gloo_overlap_over_horovod_inter_op_2",
            "hvdtrain Gloo buckets / Horovod, 2 inter-op threads",
-           ("hvdtrain-gloo-overlap", "horovod-inter-op-2")))
+           ("hvdtrain-gloo-overlap", "horovod-inter-op-2")),
+          ("gloo_overlap_over_horovod_gloo", "hvdtrain Gloo buckets / Horovod under Gloo",
+           ("hvdtrain-gloo-overlap", "horovod-gloo")))
 
 
 def speed_key(gbit_per_s: float) -> str:

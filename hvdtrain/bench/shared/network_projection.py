@@ -9,7 +9,9 @@ where the probe measured that); tbf adds no latency and a veth hop
 costs microseconds, so the hop and Horovod's fixed cost (under a millisecond, bench allreduce)
 are left at zero against steps of seconds. A system that reduces after backprop adds the
 transfer to t_1; one that overlaps (buckets, Horovod's per-tensor reduction) hides up to the
-backward pass's share of t_1 (cost_model.BACKWARD_SHARE); fp16 compression halves S.
+backward pass's share of t_1 (cost_model.BACKWARD_SHARE) under Gloo, and nothing under mpirun,
+whose transfer waits for backprop to end on a rank's one core (System.transfer_hides); fp16
+compression halves S.
 
 The error of a prediction is predicted / measured step - 1, per round. For overlap, the step
 against max(t_1, transfer): what perfect overlap would give (1.0), per round.
@@ -48,7 +50,7 @@ def predicted_step(system: System, one_host_step: float, gradient_bytes: float,
     parts)."""
     return cost_model.step_seconds(one_host_step, RANKS, system.gradient_share * gradient_bytes,
                                    link_of(gbit_per_s),
-                                   overlap=1.0 if system.overlaps_backprop else 0.0)
+                                   overlap=1.0 if system.transfer_hides else 0.0)
 
 
 def round_at(round_: Mapping[str, Any], key: str, systems: Sequence[System],

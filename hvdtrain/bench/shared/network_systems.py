@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hvdtrain.errors import UserError
-from hvdtrain.launch.launchers import Launcher
+from hvdtrain.launch.launchers import LAUNCHERS, Launcher
 from hvdtrain.bench.shared import horovod_synthetic, launch, netns_launch, trainer_job
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.bench.shared.workloads import WORKLOADS, Workload
@@ -37,6 +37,14 @@ class System:
     # bytes it sends, and whether it reduces while backprop runs.
     gradient_share: float = 1.0
     overlaps_backprop: bool = False
+
+    @property
+    def transfer_hides(self) -> bool:
+        """Whether its transfer can run while backprop does, on a rank of one core: under Gloo,
+        which waits on its sockets in the kernel; not under mpirun, where Open MPI moves the
+        data only while Horovod's thread polls, which backprop leaves a sliver of the core
+        (benchmarks/results/network-thread-cpu/)."""
+        return self.overlaps_backprop and self.launcher == "gloo"
 
 
 def systems(bucket_mb: float) -> dict[str, System]:
@@ -64,6 +72,11 @@ def systems(bucket_mb: float) -> dict[str, System]:
         System("horovod-inter-op-2", "Horovod's script as `horovod`, two TensorFlow inter-op "
                                      "threads per rank (as hvdtrain's with buckets)",
                horovod_script=True, script_inter_op_threads=2, overlaps_backprop=True),
+        # Under Gloo its per-tensor reduction can overlap backprop, as hvdtrain's buckets do.
+        System("horovod-gloo", "Horovod's script under horovodrun --gloo, two inter-op "
+                               "threads per rank",
+               launcher="gloo", horovod_script=True, script_inter_op_threads=2,
+               overlaps_backprop=True),
         System("horovod-fp16", "Horovod's script as `horovod`, gradients all-reduced as "
                                "float16 (its --fp16-allreduce)",
                horovod_script=True, script_args=("--fp16-allreduce",), gradient_share=0.5,
@@ -140,7 +153,8 @@ def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Pat
         argv = [*horovod_synthetic.horovod_argv(script, plan, python, workload.horovod_model,
                                                 workload.workload.batch_size),
                 *system.script_args]
-        command = across["mpi"](argv) if cluster else launch.launch_command("mpi", RANKS, argv)
+        command = (across[system.launcher](argv) if cluster else
+                   launch.launch_command(system.launcher, RANKS, pinned(system.launcher, argv)))
         return horovod_synthetic.measure_horovod(
             script, RANKS, plan, python, command=command, env=env,
             inter_op_threads=system.script_inter_op_threads)
@@ -151,6 +165,16 @@ def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Pat
                                env=env, what=f"network: {system.name} on "
                                              f"{'two hosts' if cluster else 'one host'}")
     return done["total_samples_per_sec"]["median"]
+
+
+def pinned(launcher: Launcher, argv: Sequence[str]) -> list[str]:
+    """Horovod's script's rank command on one host: where the launcher binds no cores
+    (horovodrun --gloo), each rank on the core of its local rank, the one-core budget hvdtrain's
+    ranks give themselves there (launch.pin_to_own_core) and mpirun --bind-to core gives."""
+    if LAUNCHERS[launcher].binds_cores:
+        return list(argv)
+    local_rank = LAUNCHERS[launcher].local_rank_variable
+    return ["sh", "-c", f'exec taskset -c "${local_rank}" "$@"', "horovod-rank", *argv]
 
 
 def chosen_systems(text: str, bucket_mb: float) -> list[System]:
