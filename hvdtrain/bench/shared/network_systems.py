@@ -8,6 +8,7 @@ same job with shared memory instead of the link.
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -169,12 +170,16 @@ def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Pat
 
 def pinned(launcher: Launcher, argv: Sequence[str]) -> list[str]:
     """Horovod's script's rank command on one host: where the launcher binds no cores
-    (horovodrun --gloo), each rank on the core of its local rank, the one-core budget hvdtrain's
-    ranks give themselves there (launch.pin_to_own_core) and mpirun --bind-to core gives."""
+    (horovodrun --gloo), each rank on one core of this process's, chosen by its local rank as
+    hvdtrain's ranks choose theirs there (launch.pin_to_own_core), the one-core budget mpirun
+    --bind-to core gives."""
     if LAUNCHERS[launcher].binds_cores:
         return list(argv)
+    cores = " ".join(map(str, sorted(os.sched_getaffinity(0))))
     local_rank = LAUNCHERS[launcher].local_rank_variable
-    return ["sh", "-c", f'exec taskset -c "${local_rank}" "$@"', "horovod-rank", *argv]
+    return ["bash", "-c", f'cores=({cores}); '
+                          f'exec taskset -c "${{cores[${local_rank} % ${{#cores[@]}}]}}" "$@"',
+            "horovod-rank", *argv]
 
 
 def chosen_systems(text: str, bucket_mb: float) -> list[System]:
