@@ -22,6 +22,7 @@ killed and the namespaces and links are deleted; namespaces of a run that was it
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -64,6 +65,7 @@ class Choices:
     plan: Plan
     probe_seconds: float
     horovod: tuple[Path | None, str]       # Horovod's script and the Python that runs it
+    bucket_mb: float = BUCKET_MB            # the overlapping systems' horovod.bucket_mb
 
 
 def speeds(text: str) -> list[float]:
@@ -150,42 +152,83 @@ def one_round(i: int, how: Choices, cluster: NetnsCluster, work_dir: Path) -> di
 
 
 def run(out_dir: Path, how: Choices) -> dict[str, Any]:
-    """Every round (``one_round``), then the figures into network.json, .md and .png."""
+    """Every round (``one_round``), the figures of the rounds so far written into
+    network.json, .md and .png after each, so that a run ended early keeps its whole rounds."""
     machine = host.machine()   # before the work: its load is the machine's own
     gradient_bytes = network_systems.gradient_bytes(how.workload)
-    rounds = []
+    rounds: list[dict[str, Any]] = []
+    result: dict[str, Any] = {}
     with ended_by_sigterm(), tempfile.TemporaryDirectory(prefix="hvdtrain-network-") as tmp:
         with two_hosts(Path(tmp) / "hosts") as cluster:
             for i in range(how.rounds):
                 rounds.append(one_round(i, how, cluster, Path(tmp)))
-    result = result_of(how, machine, rounds, gradient_bytes)
+                result = result_of(how, machine, rounds, gradient_bytes)
+                write(out_dir, result)
+                if i + 1 < how.rounds:
+                    report.say(f"network: round {i + 1} of {how.rounds} written to "
+                               f"{out_dir / 'network.json'}")
+    return result
+
+
+def write(out_dir: Path, result: dict[str, Any]) -> None:
+    """network.json, .md and .png in ``out_dir``."""
     report.write_outputs(out_dir, "network", result, markdown(result))
     plot(out_dir, result)
-    return result
+
+
+def with_figures(result: dict[str, Any], systems: Sequence[System]) -> dict[str, Any]:
+    """``result`` (what ran and its ``rounds``) with the figures the rounds give: each link's
+    figures with the cost model's check beside them, and one host's."""
+    rounds = result["rounds"]
+    workload = result["workload"]
+    figures = network_figures.figures(rounds, result["speeds"], [s.name for s in systems])
+    for link in figures["links"]:
+        link.update(network_projection.projection(
+            rounds, link["gbit_per_s"], systems, workload["batch_size_per_rank"],
+            workload["gradient_bytes"]))
+    return {**result, "plan": {**result["plan"], "rounds": len(rounds)},
+            "load_average_before_each_round": [r["load_average"] for r in rounds],
+            **figures}
 
 
 def result_of(how: Choices, machine: dict[str, Any], rounds: list[dict[str, Any]],
               gradient_bytes: int) -> dict[str, Any]:
     """network.json: what ran, each link's figures with the cost model's check beside them,
-    and every round's rates."""
+    and every round's rates (``plan.rounds``: the rounds done, of ``rounds_asked``)."""
     workload = how.workload.workload
-    figures = network_figures.figures(rounds, how.speeds, [s.name for s in how.systems])
-    for link in figures["links"]:
-        link.update(network_projection.projection(rounds, link["gbit_per_s"], how.systems,
-                                                  workload.batch_size, gradient_bytes))
-    return {"benchmark": "network", "machine": machine,
-           "workload": {"name": workload.name, "image_shape": list(workload.image_shape),
-                        "batch_size_per_rank": workload.batch_size,
-                        "gradient_bytes": gradient_bytes,
-                        "settings": list(how.workload.settings)},
-           "plan": {"rounds": how.rounds, "repeats": how.plan.repeats,
-                    "steps_per_repeat": how.plan.steps_per_repeat,
-                    "warmup_epochs": how.plan.warmup_epochs},
-           "probe_seconds": how.probe_seconds, "host_cores": HOST_CORES,
-           "systems": {s.name: s.what for s in how.systems},
-           "skipped": list(how.skipped),
-           "load_average_before_each_round": [r["load_average"] for r in rounds],
-           **figures, "rounds": rounds}
+    return with_figures({
+        "benchmark": "network", "machine": machine,
+        "workload": {"name": workload.name, "image_shape": list(workload.image_shape),
+                     "batch_size_per_rank": workload.batch_size,
+                     "gradient_bytes": gradient_bytes,
+                     "settings": list(how.workload.settings)},
+        "plan": {"rounds": how.rounds, "repeats": how.plan.repeats,
+                 "steps_per_repeat": how.plan.steps_per_repeat,
+                 "warmup_epochs": how.plan.warmup_epochs},
+        "rounds_asked": how.rounds, "speeds": list(how.speeds), "bucket_mb": how.bucket_mb,
+        "probe_seconds": how.probe_seconds, "host_cores": HOST_CORES,
+        "systems": {s.name: s.what for s in how.systems},
+        "skipped": list(how.skipped), "rounds": rounds}, how.systems)
+
+
+def render(path: Path, out_dir: Path) -> dict[str, Any]:
+    """A saved network.json's figures computed again from its rounds by this code (its
+    tables, ratios and cost model), written into ``out_dir``; UserError for a file that is
+    not one."""
+    try:
+        saved = json.loads(path.read_text())
+        names = ",".join(saved["systems"])
+        if saved["benchmark"] != "network" or not saved["rounds"]:
+            raise ValueError("no rounds")
+        saved["workload"]["gradient_bytes"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"--render {path}: not a bench network result ({e})") from None
+    # A file written before these keys: the speeds its links hold, 2 MB buckets.
+    saved.setdefault("speeds", [link["gbit_per_s"] for link in saved.get("links", [])])
+    saved.setdefault("bucket_mb", BUCKET_MB)
+    result = with_figures(saved, network_systems.chosen_systems(names, saved["bucket_mb"]))
+    write(out_dir, result)
+    return result
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -241,6 +284,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              ".py (v0.28.1): the horovod system (skipped when absent)")
     parser.add_argument("--horovod-venv", metavar="VENV", type=Path, default=None,
                         help="the virtualenv that runs Horovod's script (.venv-keras2)")
+    parser.add_argument("--render", metavar="NETWORK_JSON", type=Path, default=None,
+                        help="run nothing: compute a saved network.json's figures again from "
+                             "its rounds (this version's tables and cost model) into --out")
 
 
 def choices(args: argparse.Namespace) -> Choices:
@@ -269,11 +315,15 @@ def choices(args: argparse.Namespace) -> Choices:
         plan=Plan(world_sizes=(2,), warmup_epochs=1,
                   repeats=QUICK_REPEATS if quick else REPEATS, steps_per_repeat=steps),
         probe_seconds=QUICK_PROBE_SECONDS if quick else PROBE_SECONDS,
-        horovod=(args.horovod_synthetic, python))
+        horovod=(args.horovod_synthetic, python), bucket_mb=args.bucket_mb)
 
 
 def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench network``: the options checked, then the rounds."""
+    if args.render:
+        render(args.render, Path(args.out))
+        report.say(f"network: {args.render}'s rounds rendered into {args.out}")
+        return
     how = choices(args)
     check_machine()
     for line in how.skipped:

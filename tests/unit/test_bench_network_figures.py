@@ -4,6 +4,8 @@ shape a link, and its options' mistakes, each stopped with one line and exit sta
 traceback), root's absence among them."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from helpers import ROOT
 from hvdtrain import cli
 from hvdtrain.bench import network
 from hvdtrain.bench.shared import network_figures, network_projection, network_systems
+from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.errors import UserError
 from hvdtrain.testing import link_shaping
 
@@ -189,3 +192,48 @@ def test_gloos_buckets_are_set_against_horovods_script():
     assert link["gloo_overlap_over_horovod"]["per_round"] == [2.0, 1.6]
     assert link["hvdtrain_over_horovod"] is None
     assert "hvdtrain Gloo buckets / Horovod" in network_figures.table(result).splitlines()[0]
+
+
+def choices(rounds):
+    """bench network's choices for ``rounds`` interleaved rounds of hvdtrain and Horovod."""
+    return network.Choices(
+        speeds=(0.1,), rounds=rounds, workload=network_systems.NETWORK_WORKLOADS["mlp"],
+        systems=tuple(network_systems.chosen_systems("hvdtrain,horovod", 2.0)), skipped=(),
+        plan=Plan(world_sizes=(2,), warmup_epochs=1, repeats=3, steps_per_repeat=4),
+        probe_seconds=2.0, horovod=(None, sys.executable))
+
+
+def test_render_computes_a_saved_results_figures_again_from_its_rounds(tmp_path):
+    saved = network.result_of(choices(2), {"load_average": 0.0}, ROUNDS, 1_000_000)
+    stale = json.loads(json.dumps(saved))
+    stale["links"][0]["hvdtrain_over_horovod"] = {"median": 9.9}   # as an older version wrote
+    del stale["speeds"], stale["bucket_mb"]                         # before these keys
+    (tmp_path / "old.json").write_text(json.dumps(stale))
+    assert cli.run(["bench", "network", "--render", str(tmp_path / "old.json"),
+                    "--out", str(tmp_path / "new")]) == 0
+    rendered = json.loads((tmp_path / "new" / "network.json").read_text())
+    assert rendered["links"][0]["hvdtrain_over_horovod"]["per_round"] == [2.0, 1.6]
+    assert rendered["links"] == json.loads(json.dumps(saved["links"]))
+    assert "| 0.1 Gbit/s |" in (tmp_path / "new" / "network.md").read_text()
+    assert (tmp_path / "new" / "network.png").stat().st_size > 0
+    # Control: a file that is not bench network's is one line, not a traceback.
+    (tmp_path / "other.json").write_text(json.dumps({"benchmark": "tax"}))
+    with pytest.raises(UserError, match="not a bench network result"):
+        network.render(tmp_path / "other.json", tmp_path / "new")
+
+
+def test_each_round_is_written_as_it_ends_so_a_run_ended_early_keeps_its_rounds(
+        tmp_path, monkeypatch):
+    def one_round(i, how, cluster, work_dir):
+        if i == 2:
+            raise KeyboardInterrupt   # Ctrl-C in the last round
+        return ROUNDS[i]
+    monkeypatch.setattr(network, "one_round", one_round)
+    monkeypatch.setattr(network, "two_hosts", lambda work_dir: contextlib.nullcontext())
+    monkeypatch.setattr(network_systems, "gradient_bytes", lambda workload: 1_000_000)
+    with pytest.raises(KeyboardInterrupt):
+        network.run(tmp_path, choices(3))
+    written = json.loads((tmp_path / "network.json").read_text())
+    assert (written["plan"]["rounds"], written["rounds_asked"]) == (2, 3)
+    assert written["links"][0]["hvdtrain_over_horovod"]["per_round"] == [2.0, 1.6]
+    assert "2 of 3 interleaved round(s)" in (tmp_path / "network.md").read_text()

@@ -115,7 +115,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"{workload['name']} ({'x'.join(map(str, workload['image_shape']))}, batch "
         f"{workload['batch_size_per_rank']} per rank), 2 ranks: one per namespace host, each "
         f"host one core, the hosts' link shaped by tc tbf; on one host, the same job over "
-        f"shared memory. {plan['rounds']} interleaved round(s) of {plan['repeats']} timed "
+        f"shared memory. {rounds_done(result)} interleaved round(s) of {plan['repeats']} timed "
         f"repeats of {plan['steps_per_repeat']} steps after {plan['warmup_epochs']} warmup "
         f"epoch(s); samples/s: median (spread) over rounds; efficiency: per round, the rate "
         f"on the link over the same system's on one host in that round; achieved: one TCP "
@@ -125,6 +125,12 @@ def markdown(result: Mapping[str, Any]) -> str:
     lines += [f"- `{name}`: {what}" for name, what in result["systems"].items()]
     lines += [f"- not run: {note}" for note in result.get("skipped", [])]
     return "\n".join(lines)
+
+
+def rounds_done(result: Mapping[str, Any]) -> str:
+    """'3', or '2 of 3' where the run ended before the rounds it was asked for."""
+    done, asked = result["plan"]["rounds"], result.get("rounds_asked", result["plan"]["rounds"])
+    return f"{done} of {asked}" if done < asked else f"{done}"
 
 
 def progress_line(what: str, rate: float) -> str:
