@@ -110,14 +110,18 @@ bench-migration: bench-check
 # script (HOROVOD_SYNTHETIC) against one host, with the cost model's prediction of each step
 # beside it: benchmarks/results/network.md. As root, on an idle machine only (about an hour on
 # 2 cores for MobileNetV2 at 224x224: over make bench's half hour, so a target of its own).
-NETWORK_SPEEDS ?= 0.05,0.1,1
-NETWORK_SYSTEMS ?= hvdtrain,hvdtrain-overlap,horovod
+# NETWORK_MODEL=resnet50 (with NETWORK_OUT=benchmarks/results/network-resnet50 and its own
+# speeds) for ResNet-50's 102 MB of gradients.
+NETWORK_MODEL ?= mobilenetv2
+NETWORK_SPEEDS ?= 0.07,0.2,1
+NETWORK_SYSTEMS ?= hvdtrain,hvdtrain-fp16,hvdtrain-gloo,hvdtrain-gloo-overlap,horovod,horovod-gloo
+NETWORK_OUT ?= benchmarks/results
 bench-network: bench-check
 	@$(call SETUP,keras3,.venv)
 	@$(call SETUP,keras2,.venv-keras2)
-	.venv/bin/hvdtrain bench network --out benchmarks/results --speeds $(NETWORK_SPEEDS) \
-		--systems $(NETWORK_SYSTEMS) --horovod-synthetic $(HOROVOD_SYNTHETIC) \
-		--horovod-venv .venv-keras2 $(BENCH_ARGS)
+	.venv/bin/hvdtrain bench network --out $(NETWORK_OUT) --model $(NETWORK_MODEL) \
+		--speeds $(NETWORK_SPEEDS) --systems $(NETWORK_SYSTEMS) \
+		--horovod-synthetic $(HOROVOD_SYNTHETIC) --horovod-venv .venv-keras2 $(BENCH_ARGS)
 
 # Horovod's own TensorFlow 2 examples and test/parallel/test_tensorflow2_keras.py (tag v0.28.1 of
 # HOROVOD_REPO=path, a work tree or git directory of github.com/horovod/horovod) at $(NP) ranks on
