@@ -18,6 +18,8 @@ from hvdtrain.bench import network
 from hvdtrain.bench.shared import network_figures, network_projection, network_systems
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.errors import UserError
+from hvdtrain.config import HorovodConfig
+from hvdtrain.launch import rank_env
 from hvdtrain.testing import link_shaping
 
 pytestmark = pytest.mark.one_stack   # its path is the same on both stacks
@@ -155,7 +157,8 @@ def bench_network(*args: str) -> subprocess.CompletedProcess:
     (["--systems", "hvdtrain,ptp"], "hvdtrain: error: --systems 'hvdtrain,ptp': choose from "
                                     "hvdtrain, hvdtrain-overlap, hvdtrain-fp16, hvdtrain-gloo, "
                                     "hvdtrain-gloo-overlap, "
-                                    "horovod, horovod-inter-op-2, horovod-gloo, horovod-fp16"),
+                                    "horovod, horovod-inter-op-2, horovod-hvdtrain-env, "
+                                    "horovod-gloo, horovod-fp16"),
     (["--model", "vgg"], "hvdtrain: error: unknown bench network model 'vgg'; choose from "
                          "mobilenetv2, resnet50, mlp"),
     (["--systems", "horovod", "--quick"], "hvdtrain: error: no system left to run (horovod: "
@@ -237,3 +240,30 @@ def test_each_round_is_written_as_it_ends_so_a_run_ended_early_keeps_its_rounds(
     assert (written["plan"]["rounds"], written["rounds_asked"]) == (2, 3)
     assert written["links"][0]["hvdtrain_over_horovod"]["per_round"] == [2.0, 1.6]
     assert "2 of 3 interleaved round(s)" in (tmp_path / "network.md").read_text()
+
+
+def test_horovods_script_with_hvdtrains_env_is_launched_as_hvdtrains_ranks(monkeypatch, tmp_path):
+    envs = []
+
+    def measure_horovod(script, ranks, plan, python, *, command, env, inter_op_threads):
+        envs.append(env or {})
+        return 1.0
+    monkeypatch.setattr(network_systems.horovod_synthetic, "measure_horovod", measure_horovod)
+    table = network_systems.systems(2.0)
+    plan = Plan(world_sizes=(2,), warmup_epochs=1, repeats=3, steps_per_repeat=4)
+    for name in ("horovod-hvdtrain-env", "horovod"):
+        network_systems.measure(table[name], network_systems.NETWORK_WORKLOADS["mobilenetv2"],
+                                plan, tmp_path, cluster=None, across={},
+                                horovod=(tmp_path / "script.py", sys.executable))
+    ours, plain = envs
+    # On one host, what an hvdtrain rank sets there (rank_env); control: the plain script none.
+    environ = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    expected = rank_env.rank_environment(HorovodConfig(), environ)
+    assert ours.items() >= {k: v for k, v in expected.items()
+                            if not k.startswith("HOROVOD_STALL")}.items()
+    assert not {k for k in plain if k.startswith(("OMPI_MCA", "HOROVOD_"))}
+    # On two hosts, one rank each: recursive doubling too, as an hvdtrain rank there sets it.
+    environ["OMPI_COMM_WORLD_LOCAL_SIZE"] = "1"
+    assert network_systems.hvdtrain_launch_env(two_hosts=True).items() >= {
+        k: v for k, v in rank_env.rank_environment(HorovodConfig(), environ).items()
+        if not k.startswith("HOROVOD_STALL")}.items()

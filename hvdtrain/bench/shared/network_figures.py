@@ -19,6 +19,8 @@ from hvdtrain.bench.shared import report, stats
 # overlap pays on a rank's one core) against it: each ratio's key in a link's figures, its
 # column in the table, and the (hvdtrain, Horovod) pair of systems it divides.
 RATIOS = (("hvdtrain_over_horovod", "hvdtrain / Horovod", ("hvdtrain", "horovod")),
+          ("hvdtrain_over_horovod_hvdtrain_env", "hvdtrain / Horovod with hvdtrain's launch env",
+           ("hvdtrain", "horovod-hvdtrain-env")),
           ("fp16_over_horovod_fp16", "hvdtrain fp16 / Horovod fp16",
            ("hvdtrain-fp16", "horovod-fp16")),
           ("gloo_overlap_over_horovod", "hvdtrain Gloo buckets / Horovod",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hvdtrain.errors import UserError
+from hvdtrain.launch import rank_env
 from hvdtrain.launch.launchers import LAUNCHERS, Launcher
 from hvdtrain.bench.shared import horovod_synthetic, launch, netns_launch, trainer_job
 from hvdtrain.bench.shared.plans import Plan
@@ -34,6 +35,7 @@ class System:
     horovod_script: bool = False             # Horovod's own synthetic benchmark instead
     script_args: tuple[str, ...] = ()        # Horovod's script's own options
     script_inter_op_threads: int = 1         # TensorFlow's inter-op threads for the script
+    script_with_hvdtrain_env: bool = False   # the script launched as hvdtrain launches its ranks
     # How the cost model sees it (network_projection.py): the share of the float32 gradients'
     # bytes it sends, and whether it reduces while backprop runs.
     gradient_share: float = 1.0
@@ -73,6 +75,14 @@ def systems(bucket_mb: float) -> dict[str, System]:
         System("horovod-inter-op-2", "Horovod's script as `horovod`, two TensorFlow inter-op "
                                      "threads per rank (as hvdtrain's with buckets)",
                horovod_script=True, script_inter_op_threads=2, overlaps_backprop=True),
+        # hvdtrain's ranks set launch defaults of their own (rank_env: yield the core while
+        # waiting in MPI, recursive doubling on two hosts, a shorter cycle): the script given
+        # the same, so that hvdtrain / it compares the training alone.
+        System("horovod-hvdtrain-env", "Horovod's script as `horovod`, launched with "
+                                       "hvdtrain's launch defaults (OMPI_MCA_mpi_yield_when_idle"
+                                       "=1, HOROVOD_CYCLE_TIME=0.2, recursive doubling on two "
+                                       "hosts)",
+               horovod_script=True, script_with_hvdtrain_env=True, overlaps_backprop=True),
         # Under Gloo its per-tensor reduction can overlap backprop, as hvdtrain's buckets do.
         System("horovod-gloo", "Horovod's script under horovodrun --gloo, two inter-op "
                                "threads per rank",
@@ -156,6 +166,8 @@ def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Pat
                 *system.script_args]
         command = (across[system.launcher](argv) if cluster else
                    launch.launch_command(system.launcher, RANKS, pinned(system.launcher, argv)))
+        if system.script_with_hvdtrain_env:
+            env = {**(env or {}), **hvdtrain_launch_env(two_hosts=cluster is not None)}
         return horovod_synthetic.measure_horovod(
             script, RANKS, plan, python, command=command, env=env,
             inter_op_threads=system.script_inter_op_threads)
@@ -166,6 +178,12 @@ def measure(system: System, workload: NetworkWorkload, plan: Plan, work_dir: Pat
                                env=env, what=f"network: {system.name} on "
                                              f"{'two hosts' if cluster else 'one host'}")
     return done["total_samples_per_sec"]["median"]
+
+
+def hvdtrain_launch_env(two_hosts: bool) -> dict[str, str]:
+    """The variables an hvdtrain rank sets itself where unset (rank_env.rank_environment) on
+    two ranks under mpirun, one per host where ``two_hosts``, else both on this one."""
+    return {**rank_env.RANK_ENV_DEFAULTS, **(rank_env.TWO_HOSTS_ALLREDUCE if two_hosts else {})}
 
 
 def pinned(launcher: Launcher, argv: Sequence[str]) -> list[str]:
