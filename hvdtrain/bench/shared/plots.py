@@ -21,7 +21,11 @@ def plot_lines(path: Path, series: Mapping[str, tuple[Sequence[float], Sequence[
     if reference:
         ax.plot(*reference, linestyle="--", color="gray", label=reference_label)
     if logx:
+        # Ticks at the measured points, written as they were given (0.07, 0.2, 1; 1, 2, 4).
+        ticks = sorted({x for xs, _ in series.values() for x in xs})
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
     ax.set_xlabel(xlabel)
     _finish(fig, ax, path, title=title, ylabel=ylabel, logy=logy)
 
