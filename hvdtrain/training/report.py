@@ -21,12 +21,25 @@ def changed_gradient_options(config: Config) -> list[str]:
 
 
 def buckets_note(config: Config, world: Any) -> str | None:
-    """The banner's note where ``horovod.bucket_mb`` cannot overlap backprop: under mpirun, a
-    rank of one CPU thread. Open MPI moves a collective's data only while Horovod's thread
-    polls for it, and while backprop runs that thread gets slivers of the core, so the buckets
-    go after backprop (benchmarks/results/network-thread-cpu); Gloo waits in the kernel."""
-    if not (config.horovod.bucket_mb and world.size > 1 and world.controller == "mpi"
-            and world.device.startswith("/CPU") and world.intra_op_threads == 1):
+    """The banner's note on ``horovod.bucket_mb``, or None:
+
+    - set, where it cannot overlap backprop: under mpirun, a rank of one CPU thread. Open MPI
+      moves a collective's data only while Horovod's thread polls for it, and while backprop
+      runs that thread gets slivers of the core, so the buckets go after backprop
+      (benchmarks/results/network-thread-cpu); Gloo waits in the kernel.
+    - unset, where ranks are on several hosts: the one all-reduce after backprop leaves the
+      link idle while backprop runs, and buckets were the fastest way across bench network's
+      shaped links."""
+    if world.size < 2:
+        return None
+    if not config.horovod.bucket_mb:
+        if world.local_size >= world.size:   # one host: one all-reduce is fastest there
+            return None
+        return ("ranks on several hosts all-reduce after backprop; horovod.bucket_mb=2 "
+                "overlaps the transfer with backprop (with horovodrun --gloo on CPU ranks): "
+                "docs/horovod-options.md, bucket_mb")
+    if not (world.controller == "mpi" and world.device.startswith("/CPU")
+            and world.intra_op_threads == 1):
         return None
     return ("buckets under mpirun with one core per rank wait for backprop to end (Open MPI "
             "moves data only while Horovod's thread polls); horovodrun --gloo overlaps them: "

@@ -104,6 +104,20 @@ def test_the_banner_notes_buckets_that_wait_for_backprop_under_mpirun_on_one_cor
     assert banner_lines(config, one_core, "  note") == []
 
 
+def test_the_banner_suggests_buckets_to_ranks_on_several_hosts():
+    config = presets.digits()
+    two_hosts = dist.World(0, 2, 0, 1, "gloo", "/CPU:0", 1, 1, "stack")
+    [note] = banner_lines(config, two_hosts, "  note")
+    assert "several hosts" in note and "horovod.bucket_mb=2" in note
+    # Controls: no note on one host, alone, or with buckets set under Gloo.
+    bucketed = dataclasses.replace(config, horovod=HorovodConfig(bucket_mb=2.0))
+    assert banner_lines(config, dist.World(0, 2, 0, 2, "gloo", "/CPU:0", 1, 1, "stack"),
+                        "  note") == []
+    assert banner_lines(config, dist.World(0, 1, 0, 1, "gloo", "/CPU:0", 1, 1, "stack"),
+                        "  note") == []
+    assert banner_lines(bucketed, two_hosts, "  note") == []
+
+
 def test_flat_layout_starts_every_gradient_on_a_64_byte_boundary():
     assert flat_layout([16, 1, 17, 0, 32], 4) == [16, 16, 32, 0, 32]   # float32: 16 a row
     assert flat_layout([1, 33], 2) == [32, 64]                          # float16: 32
