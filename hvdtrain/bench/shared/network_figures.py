@@ -74,9 +74,14 @@ def figures(rounds: Sequence[Mapping[str, Any]], speeds: Sequence[float],
             "links": [link_figures(rounds, speed, systems) for speed in speeds]}
 
 
+def samples_per_sec(rate: float) -> str:
+    """A rate to three figures at least: 36.0, 2.31 (ResNet-50 on a slow link)."""
+    return f"{rate:,.1f}" if rate >= 10 else f"{rate:.3g}"
+
+
 def _rate_cell(system: Mapping[str, Any]) -> str:
     rate = system["samples_per_sec"]
-    text = f"{rate['median']:,.1f} (spread {rate['spread']:.1%})"
+    text = f"{samples_per_sec(rate['median'])} (spread {rate['spread']:.1%})"
     if "efficiency" in system:
         text += f"; eff. {stats.ratio_cell(system['efficiency'])}"
     return text
@@ -137,4 +142,4 @@ def rounds_done(result: Mapping[str, Any]) -> str:
 
 def progress_line(what: str, rate: float) -> str:
     """A run's progress line."""
-    return f"  {what}: {rate:,.1f} samples/s"
+    return f"  {what}: {samples_per_sec(rate)} samples/s"
