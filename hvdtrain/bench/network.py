@@ -22,7 +22,6 @@ killed and the namespaces and links are deleted; namespaces of a run that was it
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -37,8 +36,7 @@ from typing import Any, Iterator, Sequence
 from hvdtrain.errors import UserError
 from hvdtrain.bench import registry
 from hvdtrain.bench.shared import (arguments, host, jobs, link_probe, netns_launch,
-                                   network_figures, network_projection,
-                                   network_systems, plots, report, stats)
+                                   network_figures, network_result, network_systems, report)
 from hvdtrain.bench.shared.network_systems import NetworkWorkload, System
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.testing import netns_cluster
@@ -163,32 +161,11 @@ def run(out_dir: Path, how: Choices) -> dict[str, Any]:
             for i in range(how.rounds):
                 rounds.append(one_round(i, how, cluster, Path(tmp)))
                 result = result_of(how, machine, rounds, gradient_bytes)
-                write(out_dir, result)
+                network_result.write(out_dir, result)
                 if i + 1 < how.rounds:
                     report.say(f"network: round {i + 1} of {how.rounds} written to "
                                f"{out_dir / 'network.json'}")
     return result
-
-
-def write(out_dir: Path, result: dict[str, Any]) -> None:
-    """network.json, .md and .png in ``out_dir``."""
-    report.write_outputs(out_dir, "network", result, markdown(result))
-    plot(out_dir, result)
-
-
-def with_figures(result: dict[str, Any], systems: Sequence[System]) -> dict[str, Any]:
-    """``result`` (what ran and its ``rounds``) with the figures the rounds give: each link's
-    figures with the cost model's check beside them, and one host's."""
-    rounds = result["rounds"]
-    workload = result["workload"]
-    figures = network_figures.figures(rounds, result["speeds"], [s.name for s in systems])
-    for link in figures["links"]:
-        link.update(network_projection.projection(
-            rounds, link["gbit_per_s"], systems, workload["batch_size_per_rank"],
-            workload["gradient_bytes"]))
-    return {**result, "plan": {**result["plan"], "rounds": len(rounds)},
-            "load_average_before_each_round": [r["load_average"] for r in rounds],
-            **figures}
 
 
 def result_of(how: Choices, machine: dict[str, Any], rounds: list[dict[str, Any]],
@@ -196,7 +173,7 @@ def result_of(how: Choices, machine: dict[str, Any], rounds: list[dict[str, Any]
     """network.json: what ran, each link's figures with the cost model's check beside them,
     and every round's rates (``plan.rounds``: the rounds done, of ``rounds_asked``)."""
     workload = how.workload.workload
-    return with_figures({
+    return network_result.with_figures({
         "benchmark": "network", "machine": machine,
         "workload": {"name": workload.name, "image_shape": list(workload.image_shape),
                      "batch_size_per_rank": workload.batch_size,
@@ -209,54 +186,6 @@ def result_of(how: Choices, machine: dict[str, Any], rounds: list[dict[str, Any]
         "probe_seconds": how.probe_seconds, "host_cores": HOST_CORES,
         "systems": {s.name: s.what for s in how.systems},
         "skipped": list(how.skipped), "rounds": rounds}, how.systems)
-
-
-def render(path: Path, out_dir: Path) -> dict[str, Any]:
-    """A saved network.json's figures computed again from its rounds by this code (its
-    tables, ratios and cost model), written into ``out_dir``; UserError for a file that is
-    not one."""
-    try:
-        saved = json.loads(path.read_text())
-        names = ",".join(saved["systems"])
-        if saved["benchmark"] != "network" or not saved["rounds"]:
-            raise ValueError("no rounds")
-        saved["workload"]["gradient_bytes"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError(f"--render {path}: not a bench network result ({e})") from None
-    # A file written before these keys: the speeds its links hold, 2 MB buckets.
-    saved.setdefault("speeds", [link["gbit_per_s"] for link in saved.get("links", [])])
-    saved.setdefault("bucket_mb", BUCKET_MB)
-    result = with_figures(saved, network_systems.chosen_systems(names, saved["bucket_mb"]))
-    write(out_dir, result)
-    return result
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """network.md: the figures, then the cost model's predictions beside the measured steps."""
-    overlap = [f"{name} at {link['gbit_per_s']:g} Gbit/s {stats.ratio_cell(ratio)}"
-               for link in result["links"]
-               for name, ratio in (link.get("overlap_over_ideal") or {}).items()]
-    return "\n".join([
-        network_figures.markdown(result), "",
-        "The cost model (bench project's) against each link: from the same round's one-host "
-        "step and the link's measured rate, the step each system should take "
-        f"({result['workload']['gradient_bytes'] / 1e6:,.1f} MB of float32 gradients; "
-        "network_projection.py says how):", "", network_projection.table(result)]
-        + (["", "Overlap against its ideal: the step of each system that reduces during "
-            "backprop over max(one-host step, the model's transfer), per round (1.0: the "
-            "transfer wholly hidden, or the compute): " + "; ".join(overlap) + "."]
-           if overlap else []))
-
-
-def plot(out_dir: Path, result: dict[str, Any]) -> None:
-    """network.png: each system's efficiency against the link's speed."""
-    links = result["links"]
-    speeds = [link["gbit_per_s"] for link in links]
-    series = {name: (speeds, [link["systems"][name]["efficiency"]["median"] for link in links])
-              for name in result["systems"]}
-    plots.plot_lines(out_dir / "network.png", series, logx=True,
-                     title=f"2 ranks on 2 hosts: {result['workload']['name']}",
-                     xlabel="link (Gbit/s, tc tbf)", ylabel="efficiency against one host")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -321,7 +250,7 @@ def choices(args: argparse.Namespace) -> Choices:
 def main(args: argparse.Namespace) -> None:
     """``hvdtrain bench network``: the options checked, then the rounds."""
     if args.render:
-        render(args.render, Path(args.out))
+        network_result.render(args.render, Path(args.out), BUCKET_MB)
         report.say(f"network: {args.render}'s rounds rendered into {args.out}")
         return
     how = choices(args)

@@ -15,7 +15,8 @@ import pytest
 from helpers import ROOT
 from hvdtrain import cli
 from hvdtrain.bench import network
-from hvdtrain.bench.shared import network_figures, network_projection, network_systems
+from hvdtrain.bench.shared import (network_figures, network_projection, network_result,
+                                   network_systems)
 from hvdtrain.bench.shared.plans import Plan
 from hvdtrain.errors import UserError
 from hvdtrain.config import HorovodConfig
@@ -225,7 +226,7 @@ def test_render_computes_a_saved_results_figures_again_from_its_rounds(tmp_path)
     # Control: a file that is not bench network's is one line, not a traceback.
     (tmp_path / "other.json").write_text(json.dumps({"benchmark": "tax"}))
     with pytest.raises(UserError, match="not a bench network result"):
-        network.render(tmp_path / "other.json", tmp_path / "new")
+        network_result.render(tmp_path / "other.json", tmp_path / "new", 2.0)
 
 
 def test_each_round_is_written_as_it_ends_so_a_run_ended_early_keeps_its_rounds(
