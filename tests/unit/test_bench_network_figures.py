@@ -46,8 +46,8 @@ def test_efficiency_and_the_ratio_to_horovod_are_per_round():
     assert link["hvdtrain_over_horovod"]["per_round"] == [2.0, 1.6]
     assert result["one_host"]["horovod"]["samples_per_sec"]["median"] == 45.0
     # Rates to three figures at least, a slow link's too.
-    assert [network_figures.samples_per_sec(r) for r in (36.04, 2.314, 0.5)] == \
-        ["36.0", "2.31", "0.5"]
+    assert [network_figures.samples_per_sec(r) for r in (36.04, 2.314, 2.0, 0.5)] == \
+        ["36.0", "2.31", "2.00", "0.500"]
     # Control: without Horovod's script there is no ratio to give.
     alone = network_figures.figures(ROUNDS, [0.1], ["hvdtrain"])
     assert alone["links"][0]["hvdtrain_over_horovod"] is None

@@ -75,8 +75,9 @@ def figures(rounds: Sequence[Mapping[str, Any]], speeds: Sequence[float],
 
 
 def samples_per_sec(rate: float) -> str:
-    """A rate to three figures at least: 36.0, 2.31 (ResNet-50 on a slow link)."""
-    return f"{rate:,.1f}" if rate >= 10 else f"{rate:.3g}"
+    """A rate to three figures at least, trailing zeros kept: 36.0, 2.31 (ResNet-50 on a
+    slow link), 2.00 (Horovod's script prints one decimal)."""
+    return f"{rate:,.1f}" if rate >= 10 else f"{rate:#.3g}"
 
 
 def _rate_cell(system: Mapping[str, Any]) -> str:
