@@ -58,8 +58,10 @@ test-core:
 
 # The quick lane: the unit tests and a few multi-rank smoke tests, each under one launcher (in
 # turn: both are used), on two workers (pytest-xdist): most of them wait on a subprocess.
+# $(OTHER_STACK)'s venv too: doctor's fault test borrows its Horovod, built for another TensorFlow.
 test-fast:
 	@$(call SETUP,$(STACK),$(VENV)) --with-test-tools
+	$(if $(OTHER_STACK),@$(call SETUP,$(OTHER_STACK),$(OTHER_VENV)))
 	$(PY) -m pytest -n 2 --launcher-turns other -m "not multirank or smoke"
 
 # Only the tests that need no launcher (seconds).
