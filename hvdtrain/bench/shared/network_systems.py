@@ -46,7 +46,8 @@ class System:
         """Whether its transfer can run while backprop does, on a rank of one core: under Gloo,
         which waits on its sockets in the kernel; not under mpirun, where Open MPI moves the
         data only while Horovod's thread polls, which backprop leaves a sliver of the core
-        (benchmarks/results/network-thread-cpu/)."""
+        (benchmarks/results/network-thread-cpu/; polling more often did not make it hide:
+        network-mpi-sleep-poll/)."""
         return self.overlaps_backprop and self.launcher == "gloo"
 
 
