@@ -1,7 +1,7 @@
 #!/bin/bash
 # Rank 0's Horovod timeline of one bench network round at 0.2 Gbit/s, per system: the file is
 # copied once the link's run has printed its rate (the one-host run that follows rewrites it).
-#   timeline.sh OUT_DIR    then    timeline_steps.py OUT_DIR/SYSTEM.json ...
+#   timeline.sh OUT_DIR    then    .venv/bin/python timeline_steps.py OUT_DIR/SYSTEM.json ...
 cd "$(dirname "$0")/../../.."
 out=${1:-/tmp/network-timelines}
 mkdir -p "$out"

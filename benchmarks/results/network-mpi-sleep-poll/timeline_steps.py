@@ -3,14 +3,14 @@ once): for the last 3 whole steps, when each all-reduce of them ran, in seconds 
 step's first (buckets fused into one all-reduce together), how long it took, and the step
 (to the next step's first).
 
-    python3 timeline_steps.py TIMELINE.json[.gz] ...
+    .venv/bin/python timeline_steps.py TIMELINE.json[.gz] ...   (hvdtrain importable)
 """
 from __future__ import annotations
 
-import collections
 import gzip
-import json
 import sys
+
+from hvdtrain.bench.shared.timeline import read_timeline, tensor_phases
 
 GAP_S = 0.15     # the link idle this long between two all-reduces: the next step has begun
 FUSED_S = 0.002  # all-reduces ending this close together were one fused all-reduce
@@ -19,21 +19,17 @@ FUSED_S = 0.002  # all-reduces ending this close together were one fused all-red
 def spans(path: str) -> list[tuple[float, float, str]]:
     """(start s, end s, bucket) of every MPI or Gloo all-reduce of hvdtrain's gradients."""
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as file:
-        text = file.read().rstrip().rstrip(",")
-    events = json.loads(text if text.endswith("]") else text + "]")   # a live file lacks "]"
+        events = read_timeline(file.read())
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M"
              and e["name"] == "process_name" and "name" in e.get("args", {})}
-    begun: dict[int, list[tuple[str, float]]] = collections.defaultdict(list)
     out = []
-    for e in events:
-        if e.get("ph") == "B":
-            begun[e["pid"]].append((e["name"], e["ts"] / 1e6))
-        elif e.get("ph") == "E" and begun[e["pid"]]:
-            activity, began = begun[e["pid"]].pop()
-            tensor = names.get(e["pid"], "")
-            if activity in ("MPI_ALLREDUCE", "GLOO_ALLREDUCE") and "hvdtrain_gradients" in tensor:
-                bucket = tensor.split("gradients")[1].lstrip("_").replace("_1of1", "") or "all"
-                out.append((began, e["ts"] / 1e6, bucket))
+    for pid, phases in tensor_phases(events).items():
+        tensor = names.get(pid, "")
+        if "hvdtrain_gradients" not in tensor:
+            continue
+        bucket = tensor.split("gradients")[1].lstrip("_").replace("_1of1", "") or "all"
+        for phase in ("MPI_ALLREDUCE", "GLOO_ALLREDUCE"):
+            out += [(began / 1e6, ended / 1e6, bucket) for began, ended in phases.get(phase, [])]
     return sorted(out)
 
 
