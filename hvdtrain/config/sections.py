@@ -166,8 +166,8 @@ class RunConfig:
     intra_op_threads: int = _help("TensorFlow threads inside one op, per rank; 0: this rank's "
                                   "share of the cores", default=0)
     inter_op_threads: int = _help("TensorFlow ops run in parallel, per rank; 0: 2, or 1 on "
-                                  "one core without horovod.bucket_mb (with buckets, 2 let "
-                                  "each start during backprop)", default=0)
+                                  "one core without buckets in force (horovod.bucket_mb; with "
+                                  "buckets, 2 let each start during backprop)", default=0)
     keep_checkpoints: int = _help("checkpoints kept in run_dir/checkpoints (oldest removed)",
                                   default=3)
     tensorboard: bool = _help("write TensorBoard logs to run_dir/tensorboard", default=True)
@@ -198,6 +198,7 @@ class RunConfig:
 
 
 MB = 1024 * 1024  # the unit of the horovod section's *_mb options, in bytes
+AUTO_BUCKET_MB = 2.0  # horovod.bucket_mb's auto across hosts: docs/horovod-options.md, bucket_mb
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,8 @@ class HorovodConfig:
                              "MB, the last layers' first, each one all-reduce that starts as "
                              "soon as backprop has computed its gradients (overlapping the "
                              "rest of backprop); 0: one all-reduce per step after the whole "
-                             "backward pass", default=0.0)
+                             "backward pass; -1 (auto): 2 where the ranks are on several "
+                             "hosts or elastic, else 0", default=-1.0)
     flatten: bool = _help("all-reduce each bucket of dense gradients as one flat tensor, split "
                           "back without copies; false: Horovod's grouped all-reduce (each "
                           "gradient a tensor of its own in the timeline, copied through "
@@ -243,12 +245,21 @@ class HorovodConfig:
         if self.fusion_threshold_mb < 0 and self.fusion_threshold_mb != -1:
             raise UserError(f"horovod.fusion_threshold_mb must be >= 0 (or -1 for Horovod's "
                             f"default), got {self.fusion_threshold_mb}")
-        if self.bucket_mb < 0:
-            raise UserError(f"horovod.bucket_mb must be >= 0 (0: one all-reduce per step), "
-                            f"got {self.bucket_mb}")
+        if self.bucket_mb < 0 and self.bucket_mb != -1:
+            raise UserError(f"horovod.bucket_mb must be >= 0 (0: one all-reduce per step) or "
+                            f"-1 (auto), got {self.bucket_mb}")
         if self.cycle_time_ms <= 0 and self.cycle_time_ms != -1:
             raise UserError(f"horovod.cycle_time_ms must be > 0 (or -1 for Horovod's "
                             f"default), got {self.cycle_time_ms}")
+
+    def buckets_in_force(self, size: int, local_size: int, elastic: bool = False) -> float:
+        """The reducer's bucket size in MB with ``size`` ranks, ``local_size`` on this host:
+        ``bucket_mb``, or for -1 (auto) AUTO_BUCKET_MB where the ranks span hosts or may
+        (``elastic``: a step traced in one world runs in the next, ranks match buckets by
+        name), else 0: one fused all-reduce is cheapest on one host."""
+        if self.bucket_mb != -1:
+            return self.bucket_mb
+        return AUTO_BUCKET_MB if elastic or local_size < size else 0.0
 
 
 @dataclass(frozen=True)

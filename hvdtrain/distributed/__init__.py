@@ -29,7 +29,7 @@ from hvdtrain.distributed.global_metrics import GlobalMetrics
 from hvdtrain.distributed.collectives import (allgather_object, allreduce_each, allreduce_sum,
                                               broadcast_object, join)
 from hvdtrain.distributed.elastic_retry import run as run_elastic
-from hvdtrain.distributed.reducer import reduce_gradients
+from hvdtrain.distributed.reducer import buckets_in_force, reduce_gradients
 from hvdtrain.distributed.sync_batch_norm import synchronize_batch_norm
 from hvdtrain.distributed.startup import (autograph_leaves_horovod_alone,
                                           horovod_settings_in_force, init, stack_description)
@@ -39,7 +39,8 @@ __all__ = [  # the interface the rest of hvdtrain calls; nothing else imports Ho
     "World", "init", "horovod_settings_in_force", "refresh_world", "stack_description", "shard",
     "ConsistencyCheck", "check_consistency", "GlobalMetrics",
     "autograph_leaves_horovod_alone",
-    "check_same_config", "lost_a_rank", "agree_or_fail", "reduce_gradients", "join",
+    "check_same_config", "lost_a_rank", "agree_or_fail", "reduce_gradients", "buckets_in_force",
+    "join",
     "allreduce_sum", "allgather_object", "allreduce_each", "broadcast_object", "rank0_then_all",
     "broadcast_variables", "distributed_optimizer", "distributed_tape", "elastic_state",
     "fit_callbacks", "keras_version", "load_model", "metric_average_callback",

@@ -29,6 +29,8 @@ import tensorflow as tf
 # Horovod: plain collectives on tensors; no Keras inside.
 import horovod.tensorflow as hvd
 
+from hvdtrain.launch import rank_env
+
 STATISTICS_NAME = "hvdtrain_normalization_statistics"
 
 
@@ -134,7 +136,7 @@ class SyncBatchNormalization(tf.keras.layers.BatchNormalization):
     def _moments(self, inputs: Any, mask: Any) -> Any:
         # Horovod: one rank has nothing to combine with; not under elastic training, where a
         # step traced at size 1 may run after workers join.
-        if hvd.size() == 1 and not int(os.environ.get("HOROVOD_ELASTIC", 0)):
+        if hvd.size() == 1 and not rank_env.is_elastic(os.environ):
             return super()._moments(inputs, mask)
         axes = self._reduction_axes
         x = tf.convert_to_tensor(inputs)

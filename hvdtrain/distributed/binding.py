@@ -119,7 +119,7 @@ def capabilities() -> Capabilities:
 
 
 def _refuse_buckets(table: Capabilities, options: HorovodConfig) -> None:
-    if options.bucket_mb and table.bucket_mb:
+    if options.bucket_mb > 0 and table.bucket_mb:
         raise UserError(f"horovod.bucket_mb is not applied on {table.keras}: {table.bucket_mb}; "
                         f"leave it at 0")
 

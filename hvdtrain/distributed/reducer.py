@@ -20,6 +20,7 @@ import horovod.tensorflow as hvd
 from hvdtrain.config import MB, HorovodConfig
 from hvdtrain.distributed.reduction import compression, reduce_op
 from hvdtrain.errors import UserError
+from hvdtrain.launch import rank_env
 
 T = TypeVar("T")
 # The gradients distributed tapes returned, by id (weakly: they go when the step drops them).
@@ -44,7 +45,7 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     out: list[Any] = list(gradients)
     # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
     # under elastic training, where a step traced at size 1 may run after workers join.
-    if hvd.size() == 1 and not int(os.environ.get("HOROVOD_ELASTIC", 0)):
+    if hvd.size() == 1 and not rank_env.is_elastic(os.environ):
         return out
     dense: list[int] = []
     sparse: list[int] = []
@@ -62,6 +63,14 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     return out
 
 
+def buckets_in_force(options: HorovodConfig) -> float:
+    """The bucket size in MB this job's reducer uses (0: one all-reduce per step): the world's
+    shape decides horovod.bucket_mb's auto (HorovodConfig.buckets_in_force), alike on every
+    rank."""
+    # Horovod: the ranks of the job and of this host.
+    return options.buckets_in_force(hvd.size(), hvd.local_size(), rank_env.is_elastic(os.environ))
+
+
 def _reduce_each(out: list[Any], positions: list[int], options: HorovodConfig,
                  name: str) -> None:
     """The gradients at ``positions`` in ``out`` reduced tensor by tensor, in place."""
@@ -76,11 +85,11 @@ def _reduce_each(out: list[Any], positions: list[int], options: HorovodConfig,
 def _reduce_grouped(out: list[Any], dense: list[int], options: HorovodConfig,
                     name: str) -> None:
     """The dense gradients at ``dense`` in ``out`` reduced in place: one all-reduce per dtype,
-    or per bucket of ``options.bucket_mb``."""
+    or per bucket of ``options.bucket_mb`` (auto: HorovodConfig.buckets_in_force)."""
     by_dtype: dict[tf.DType, list[int]] = {}
     for i in dense:
         by_dtype.setdefault(out[i].dtype, []).append(i)
-    limit = math.ceil(options.bucket_mb * MB)  # a bucket_mb > 0 gives at least 1 byte
+    limit = math.ceil(buckets_in_force(options) * MB)  # a bucket_mb > 0 gives at least 1 byte
     for dtype, of_dtype in sorted(by_dtype.items(), key=lambda item: item[0].name):
         base = name if len(by_dtype) == 1 else f"{name}_{dtype.name}"
         sizes = [_bytes(out[i].shape.num_elements(), dtype.size) for i in of_dtype]

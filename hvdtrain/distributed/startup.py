@@ -46,8 +46,10 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
     share = placement.threads_per_rank(*placement.cores_available(), local_size)
+    buckets = (options or HorovodConfig()).buckets_in_force(size, local_size,
+                                                           rank_env.is_elastic(os.environ))
     intra, inter = placement.thread_counts(share, intra_op_threads, inter_op_threads,
-                                           overlap=bool(options and options.bucket_mb))
+                                           overlap=buckets > 0)
     given = placement.given_devices(os.environ)
     try:
         placed, problem, pinned = _pin_device(local_rank, local_size, device, given)

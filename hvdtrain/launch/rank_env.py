@@ -73,6 +73,12 @@ def from_config(options: HorovodConfig, *, stall_warning_s: int,
     return env
 
 
+def is_elastic(environ: Mapping[str, str]) -> bool:
+    """Whether this rank is a worker of horovodrun's elastic mode, whose world may change."""
+    # Horovod: its elastic driver sets HOROVOD_ELASTIC=1 in every worker's environment.
+    return bool(int(environ.get("HOROVOD_ELASTIC", 0)))
+
+
 def rank_environment(options: HorovodConfig, environ: Mapping[str, str], *,
                      stall_warning_s: int = 60, stall_abort_s: int = 600) -> dict[str, str]:
     """What to set in this rank's environment before ``hvd.init()``, given the environment it
@@ -81,7 +87,7 @@ def rank_environment(options: HorovodConfig, environ: Mapping[str, str], *,
     env = from_config(options, stall_warning_s=stall_warning_s, stall_abort_s=stall_abort_s)
     defaults = dict(RANK_ENV_DEFAULTS)
     # Horovod: elastic training may add workers to a job that started alone.
-    if placement.launcher_size(environ) == 1 and not int(environ.get("HOROVOD_ELASTIC", 0)):
+    if placement.launcher_size(environ) == 1 and not is_elastic(environ):
         defaults["HOROVOD_CYCLE_TIME"] = ALONE_CYCLE_MS
     if two_ranks_on_two_hosts(environ) and not any(
             name.startswith("OMPI_MCA_coll_tuned_") for name in environ):

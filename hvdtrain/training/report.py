@@ -20,24 +20,14 @@ def changed_gradient_options(config: Config) -> list[str]:
             if getattr(config.horovod, name) != getattr(default, name)]
 
 
-def buckets_note(config: Config, world: Any) -> str | None:
-    """The banner's note on ``horovod.bucket_mb``, or None:
-
-    - set, where it cannot overlap backprop: under mpirun, a rank of one CPU thread. Open MPI
-      moves a collective's data only while Horovod's thread polls for it, and while backprop
-      runs that thread gets slivers of the core, so the buckets go after backprop
-      (benchmarks/results/network-thread-cpu); Gloo waits in the kernel.
-    - unset, where ranks are on several hosts: the one all-reduce after backprop leaves the
-      link idle while backprop runs, and buckets were the fastest way across bench network's
-      shaped links."""
-    if world.size < 2:
+def buckets_note(world: Any, buckets_mb: float) -> str | None:
+    """The banner's note on buckets in force (``buckets_mb``), or None: where they cannot
+    overlap backprop, under mpirun on a rank of one CPU thread. Open MPI moves a collective's
+    data only while Horovod's thread polls for it, and while backprop runs that thread gets
+    slivers of the core, so the buckets go after backprop (benchmarks/results/network-thread-cpu);
+    Gloo waits in the kernel."""
+    if world.size < 2 or not buckets_mb:
         return None
-    if not config.horovod.bucket_mb:
-        if world.local_size >= world.size:   # one host: one all-reduce is fastest there
-            return None
-        return ("ranks on several hosts all-reduce after backprop; horovod.bucket_mb=2 "
-                "overlaps the transfer with backprop (with horovodrun --gloo on CPU ranks): "
-                "docs/horovod-options.md, bucket_mb")
     if not (world.controller == "mpi" and world.device.startswith("/CPU")
             and world.intra_op_threads == 1):
         return None
@@ -46,16 +36,26 @@ def buckets_note(config: Config, world: Any) -> str | None:
             "docs/horovod-options.md, bucket_mb")
 
 
+def buckets_description(config: Config, buckets_mb: float) -> str:
+    """The banner's words for the buckets in force: ", buckets 2 MB" (with "(auto: ranks on
+    several hosts)" where auto chose them), or nothing for one all-reduce per step."""
+    if not buckets_mb:
+        return ""
+    return f", buckets {buckets_mb:g} MB" + (" (auto: ranks on several hosts)"
+                                              if config.horovod.bucket_mb == -1 else "")
+
+
 def banner(config: Config, world: Any, *, data: str, params: int, steps: int, peak_lr: float,
-           start_epoch: int, horovod_in_force: str, run_dir: str, hvdtrain: str) -> str:
+           start_epoch: int, horovod_in_force: str, buckets_mb: float, run_dir: str,
+           hvdtrain: str) -> str:
     """Rank 0's banner at the start of training: hvdtrain's version (version.describe()),
     world, data, model, optimizer and LR, batch and epochs, loop and precision, Horovod's
     settings, the stack and the run directory."""
     c, w = config, world
     options = "".join(f", {option}" for option in changed_gradient_options(c))
-    reduction = (f", buckets {c.horovod.bucket_mb:g} MB" if c.horovod.bucket_mb else "") + (
-        "" if c.horovod.flatten else ", grouped all-reduce")
-    note = buckets_note(c, w)
+    reduction = buckets_description(c, buckets_mb) + ("" if c.horovod.flatten
+                                                      else ", grouped all-reduce")
+    note = buckets_note(w, buckets_mb)
     note_line = f"  note  {note}\n" if note else ""
     return (
         f"hvdtrain {hvdtrain}: {w.size} rank{'s' if w.size > 1 else ''} ({w.controller}), "
@@ -79,7 +79,7 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
 def summary(config: Config, world: Any, *, resumed_from_epoch: int | None, steps: int,
             peak_lr: float, params: int, data: str, final_logs: dict, final_eval: dict,
             train_seconds: float, samples_trained: int, wall_seconds: float,
-            run_dir: str, hvdtrain: str) -> dict[str, Any]:
+            buckets_mb: float, run_dir: str, hvdtrain: str) -> dict[str, Any]:
     """What rank 0 writes to RUN_DIR/summary.json (``hvdtrain``: version.describe())."""
     c = config
     return {
@@ -100,6 +100,7 @@ def summary(config: Config, world: Any, *, resumed_from_epoch: int | None, steps
         "loop": c.train.loop,
         "precision": c.train.precision,
         "horovod": dataclasses.asdict(c.horovod),
+        "bucket_mb_in_force": buckets_mb,
         "params": params,
         "data": data,
         "final_train_loss": final_logs.get("loss"),

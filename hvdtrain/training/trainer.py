@@ -84,7 +84,8 @@ class Trainer:
             data=setup.dataset.description, final_logs=result.final_logs,
             final_eval=result.final_eval, train_seconds=result.throughput.train_seconds,
             samples_trained=result.throughput.samples_per_epoch * result.throughput.epochs_timed,
-            wall_seconds=time.perf_counter() - started, run_dir=str(setup.run_dir),
+            wall_seconds=time.perf_counter() - started,
+            buckets_mb=dist.buckets_in_force(self.config.horovod), run_dir=str(setup.run_dir),
             hvdtrain=version.describe())
         if self.elastic:
             summary["elastic_world_sizes"] = self.world_sizes
@@ -154,7 +155,8 @@ class Trainer:
                 cfg, world, data=setup.dataset.description,
                 params=setup.model.count_params(), steps=steps, peak_lr=peak_lr,
                 start_epoch=setup.start_epoch, horovod_in_force=dist.horovod_settings_in_force(),
-                run_dir=str(setup.run_dir), hvdtrain=version.describe()))
+                buckets_mb=dist.buckets_in_force(cfg.horovod), run_dir=str(setup.run_dir),
+                hvdtrain=version.describe()))
         evaluate = self._evaluator(setup.model, setup.dataset)
         hooks = callbacks.assemble(
             cfg, world, run_dir=setup.run_dir, checkpoint=setup.checkpoint, steps=steps,

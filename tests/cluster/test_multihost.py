@@ -8,12 +8,15 @@ CI as root that is a failure instead (helpers.skip_unless_optional).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS,
-                     assert_same_training, hvdtrain, launcher_env, one_host_summary)
+from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS, assert_ok,
+                     assert_same_training, hvdtrain, largest_difference, launch, launcher_env,
+                     one_host_summary, weights)
+from hvdtrain.bench.shared.timeline import read_timeline
 from hvdtrain.commands import k8s, trainjob
 from hvdtrain.testing.netns_cluster import NetnsCluster
 
@@ -56,9 +59,14 @@ def test_horovodrun_gloo_across_three_hosts_equals_one_host(cluster, tmp_path):
     assert_same_training(multi, one_host_summary("gloo", 3, tmp_path))
 
 
-def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path, one_host):
+def two_host_hostfile(tmp_path: Path) -> Path:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("# two hosts, one slot each\nhost1 slots=1\nhost2 slots=1\n")
+    return hostfile
+
+
+def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path, one_host):
+    hostfile = two_host_hostfile(tmp_path)
     multi, where = run_on_cluster(cluster, tmp_path, [
         str(ROOT / "run_scripts" / "mpirun_hostfile.sh"), "-f", str(hostfile),
         "-i", cluster.interface, "-x", "REPORT_DIR", "-x", "REPORT_IFACE",
@@ -68,6 +76,67 @@ def test_mpirun_hostfile_across_two_hosts_equals_one_host(cluster, tmp_path, one
                      1: (cluster.names[1], cluster.addresses[1])}
     assert multi["controller"] == "mpi" and multi["world_size"] == 2
     assert_same_training(multi, one_host)
+    # horovod.bucket_mb's auto: buckets across hosts, one all-reduce on one host.
+    assert (multi["bucket_mb_in_force"], one_host["bucket_mb_in_force"]) == (2, 0)
+
+
+# A user's own fit script on hvdtrain's library, default options, with 4.4 MB of gradients: over
+# two of horovod.bucket_mb's auto buckets. Rank 0 writes Horovod's timeline (HOROVOD_TIMELINE).
+WIDE_SCRIPT = """
+import sys
+import numpy as np
+import tensorflow as tf
+from hvdtrain import distributed as dist
+
+world = dist.init()
+tf.keras.utils.set_random_seed(0)   # rank 0's initial weights alike in both runs
+rng = np.random.default_rng(0)
+x, y = rng.normal(size=(256, 64)).astype("float32"), rng.integers(0, 10, 256)
+data = tf.data.Dataset.from_tensor_slices((x, y)).shard(world.size, world.rank).batch(16)
+model = tf.keras.Sequential([tf.keras.Input((64,)),
+                             tf.keras.layers.Dense(1024, activation="relu"),
+                             tf.keras.layers.Dense(1024, activation="relu"),
+                             tf.keras.layers.Dense(10)])
+model.compile(dist.distributed_optimizer(tf.keras.optimizers.SGD(0.01)),
+              tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+model.fit(data, epochs=1, callbacks=dist.fit_callbacks(), verbose=0)
+np.savez(f"{sys.argv[1]}/rank{world.rank}.npz", *model.get_weights())
+"""
+
+
+def gradient_allreduces(timeline: Path) -> list[str]:
+    """The names of the gradients' all-reduces in a Horovod timeline (one per bucket)."""
+    names = {e["args"].get("name", "") for e in read_timeline(timeline.read_text())
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    return sorted(name for name in names if "gradients" in name)
+
+
+def test_a_library_script_across_two_hosts_reduces_in_auto_buckets(cluster, tmp_path):
+    script = tmp_path / "wide.py"
+    script.write_text(WIDE_SCRIPT)
+    runs = {where: tmp_path / where for where in ("hosts", "one-host")}
+    for out in runs.values():
+        out.mkdir()
+    env = cluster.env(launcher_env({"HOROVOD_TIMELINE": str(runs["hosts"] / "timeline.json")}))
+    done = cluster.run([str(ROOT / "run_scripts" / "mpirun_hostfile.sh"), "-f",
+                        str(two_host_hostfile(tmp_path)), "-i", cluster.interface,
+                        "-p", f"{sys.executable} {script} {runs['hosts']}"],
+                       env=env, check=False, cwd=tmp_path, timeout=400)
+    assert done.returncode == 0, done.stdout[-4000:]
+    # Control: the same script on one host, where auto is one all-reduce.
+    assert_ok(launch("mpi", 2, [sys.executable, str(script), str(runs["one-host"])],
+                     env=launcher_env({"HOROVOD_TIMELINE": str(runs["one-host"] /
+                                                                "timeline.json")})),
+              "the script on one host")
+    across, alone = (gradient_allreduces(out / "timeline.json") for out in runs.values())
+    assert len(across) == 3 and all("_b" in name for name in across), across
+    assert len(alone) == 1 and "_b" not in alone[0], alone
+    # The same training: each run's ranks equal to the bit, and both runs alike up to the last
+    # bits of TensorFlow's threads (a rank alone on its host computes with both cores).
+    hosts, one_host = ([weights(out / f"rank{rank}.npz") for rank in (0, 1)]
+                       for out in runs.values())
+    assert largest_difference(*hosts) == largest_difference(*one_host) == 0
+    assert largest_difference(hosts[0], one_host[0]) < 1e-6
 
 
 # The Kubeflow MPI Operator's side of an MPIJob, from its source (kubeflow/mpi-operator,

@@ -17,7 +17,9 @@ from hvdtrain import distributed as dist
 from hvdtrain.training import report
 from hvdtrain.config import presets
 from hvdtrain.config import HorovodConfig
+from hvdtrain.config.sections import AUTO_BUCKET_MB
 from hvdtrain.distributed import reducer
+from hvdtrain.launch import rank_env
 from hvdtrain.distributed.reducer import buckets, flat_layout
 from hvdtrain.errors import UserError
 
@@ -63,18 +65,47 @@ def test_every_gradient_lands_in_exactly_one_bucket_within_the_limit():
             assert sum(sizes[i] for i in this) + sizes[after[0]] > limit
 
 
-def test_bucket_mb_below_zero_is_refused_with_one_line():
-    with pytest.raises(UserError, match=r"^horovod.bucket_mb must be >= 0 \(0: one all-reduce "
-                                        r"per step\), got -1.0$"):
-        HorovodConfig(bucket_mb=-1.0)
-    # Control: 0 (the default) and a size are accepted.
-    assert HorovodConfig().bucket_mb == 0 and HorovodConfig(bucket_mb=0.5).bucket_mb == 0.5
+def test_bucket_mb_below_zero_but_auto_is_refused_with_one_line():
+    for value in (-2.0, -0.5):
+        with pytest.raises(UserError, match=r"^horovod.bucket_mb must be >= 0 \(0: one "
+                                            r"all-reduce per step\) or -1 \(auto\), got "
+                                            rf"{value}$"):
+            HorovodConfig(bucket_mb=value)
+    # Control: -1 (auto, the default), 0 and a size are accepted.
+    assert HorovodConfig().bucket_mb == -1
+    assert [HorovodConfig(bucket_mb=mb).bucket_mb for mb in (-1, 0, 0.5)] == [-1, 0, 0.5]
+
+
+def test_auto_buckets_are_in_force_where_the_ranks_span_hosts():
+    auto = HorovodConfig()
+    # (ranks, ranks on this host): two hosts of one, two hosts of four, three hosts unevenly.
+    for size, local_size in ((2, 1), (8, 4), (3, 2), (3, 1)):
+        assert auto.buckets_in_force(size, local_size) == AUTO_BUCKET_MB == 2.0
+    # Controls: one host, or one rank; a size set is kept wherever the ranks are.
+    assert auto.buckets_in_force(2, 2) == auto.buckets_in_force(1, 1) == 0
+    assert HorovodConfig(bucket_mb=0).buckets_in_force(2, 1) == 0
+    assert HorovodConfig(bucket_mb=0.5).buckets_in_force(2, 2) == 0.5
+
+
+def test_auto_buckets_under_elastic_training_whatever_the_world():
+    # A step traced in one world runs on in the next, and the ranks match buckets by name: one
+    # plan for every world, even a rank alone on one host.
+    auto = HorovodConfig()
+    for size, local_size in ((1, 1), (2, 2), (3, 1)):
+        assert auto.buckets_in_force(size, local_size, elastic=True) == AUTO_BUCKET_MB
+    assert HorovodConfig(bucket_mb=0).buckets_in_force(1, 1, elastic=True) == 0
+    assert rank_env.is_elastic({"HOROVOD_ELASTIC": "1"})
+    # Controls: not elastic where Horovod's driver did not say so.
+    assert not rank_env.is_elastic({}) and not rank_env.is_elastic({"HOROVOD_ELASTIC": "0"})
 
 
 def banner_lines(config, world, prefix):
-    """The lines of rank 0's banner for ``config`` and ``world`` that start with ``prefix``."""
+    """The lines of rank 0's banner for ``config`` and ``world`` (not elastic) that start with
+    ``prefix``."""
+    buckets = config.horovod.buckets_in_force(world.size, world.local_size)
     text = report.banner(config, world, data="d", params=1, steps=1, peak_lr=0.1, start_epoch=0,
-                         horovod_in_force="fusion 128 MB", run_dir="r", hvdtrain="0.2.0")
+                         horovod_in_force="fusion 128 MB", buckets_mb=buckets, run_dir="r",
+                         hvdtrain="0.2.0")
     return [line for line in text.splitlines() if line.startswith(prefix)]
 
 
@@ -104,18 +135,23 @@ def test_the_banner_notes_buckets_that_wait_for_backprop_under_mpirun_on_one_cor
     assert banner_lines(config, one_core, "  note") == []
 
 
-def test_the_banner_suggests_buckets_to_ranks_on_several_hosts():
+def test_the_banner_says_auto_buckets_are_in_force_across_hosts():
     config = presets.digits()
     two_hosts = dist.World(0, 2, 0, 1, "gloo", "/CPU:0", 1, 1, "stack")
-    [note] = banner_lines(config, two_hosts, "  note")
-    assert "several hosts" in note and "horovod.bucket_mb=2" in note
-    # Controls: no note on one host, alone, or with buckets set under Gloo.
-    bucketed = dataclasses.replace(config, horovod=HorovodConfig(bucket_mb=2.0))
-    assert banner_lines(config, dist.World(0, 2, 0, 2, "gloo", "/CPU:0", 1, 1, "stack"),
-                        "  note") == []
-    assert banner_lines(config, dist.World(0, 1, 0, 1, "gloo", "/CPU:0", 1, 1, "stack"),
-                        "  note") == []
-    assert banner_lines(bucketed, two_hosts, "  note") == []
+    assert banner_lines(config, two_hosts, "  horovod") == [
+        "  horovod fusion 128 MB, buckets 2 MB (auto: ranks on several hosts)"]
+    assert banner_lines(config, two_hosts, "  note") == []
+    # Under mpirun on one core they wait for backprop: the note says so, as for a size set.
+    mpi_two_hosts = dataclasses.replace(two_hosts, controller="mpi")
+    [note] = banner_lines(config, mpi_two_hosts, "  note")
+    assert "horovodrun --gloo" in note
+    # Controls: on one host, alone, or with 0 set, one all-reduce and no note.
+    zero = dataclasses.replace(config, horovod=HorovodConfig(bucket_mb=0))
+    for cfg, world in ((config, dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 1, 1, "stack")),
+                       (config, dist.World(0, 1, 0, 1, "mpi", "/CPU:0", 1, 1, "stack")),
+                       (zero, mpi_two_hosts)):
+        assert banner_lines(cfg, world, "  horovod") == ["  horovod fusion 128 MB"]
+        assert banner_lines(cfg, world, "  note") == []
 
 
 def test_flat_layout_starts_every_gradient_on_a_64_byte_boundary():
@@ -146,6 +182,7 @@ def test_a_bucket_is_one_flat_tensor_whose_parts_come_back_in_place(monkeypatch,
         sent.append(("grouped", [t.shape.as_list() for t in tensors]))
         return [t * 2 for t in tensors]
     monkeypatch.setattr(reducer.hvd, "size", lambda: 2)
+    monkeypatch.setattr(reducer.hvd, "local_size", lambda: 2)   # one host: no auto buckets
     monkeypatch.setattr(reducer.hvd, "allreduce", allreduce)
     monkeypatch.setattr(reducer.hvd, "grouped_allreduce", grouped_allreduce)
     shapes = [(3, 5), (7,), (16,), (2, 2, 3), (1,)]

@@ -56,7 +56,8 @@ def test_the_banner_names_synchronized_batch_norm():
         config, model=dataclasses.replace(config.model, sync_batch_norm=True))
     world = dist.World(0, 2, 0, 2, "mpi", "/CPU:0", 1, 1, "stack")
     lines = [report.banner(cfg, world, data="d", params=1, steps=1, peak_lr=0.1, start_epoch=0,
-                           horovod_in_force="", run_dir="r", hvdtrain="0.2.0").splitlines()[2]
+                           horovod_in_force="", buckets_mb=0, run_dir="r",
+                           hvdtrain="0.2.0").splitlines()[2]
              for cfg in (synchronized, config)]
     assert lines == ["  model cnn, 1 parameters, synchronized batch norm",
                      "  model cnn, 1 parameters"]

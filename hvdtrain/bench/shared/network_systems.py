@@ -23,6 +23,7 @@ from hvdtrain.bench.shared.workloads import WORKLOADS, Workload
 from hvdtrain.testing.netns_cluster import NetnsCluster
 
 RANKS = 2   # one per host
+ONE_ALLREDUCE = ("horovod.bucket_mb=0",)
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,18 @@ class System:
 def systems(bucket_mb: float) -> dict[str, System]:
     """Every system, by name, in the order a round runs them."""
     return {system.name: system for system in (
-        System("hvdtrain", "hvdtrain, one all-reduce after backprop (mpirun)"),
+        # Across hosts hvdtrain's default is buckets (horovod.bucket_mb auto): the systems of
+        # one all-reduce after backprop say so.
+        System("hvdtrain", "hvdtrain, one all-reduce after backprop (mpirun)",
+               settings=ONE_ALLREDUCE),
         System("hvdtrain-overlap", f"hvdtrain, all-reduce in {bucket_mb:g} MB buckets "
                                    f"overlapping backprop (horovod.bucket_mb)",
                settings=(f"horovod.bucket_mb={bucket_mb:g}",), overlaps_backprop=True),
         System("hvdtrain-fp16", "hvdtrain, gradients all-reduced as float16 "
                                 "(horovod.compression=fp16)",
-               settings=("horovod.compression=fp16",), gradient_share=0.5),
-        System("hvdtrain-gloo", "hvdtrain under horovodrun --gloo", launcher="gloo"),
+               settings=("horovod.compression=fp16", *ONE_ALLREDUCE), gradient_share=0.5),
+        System("hvdtrain-gloo", "hvdtrain under horovodrun --gloo", launcher="gloo",
+               settings=ONE_ALLREDUCE),
         # Gloo waits on its sockets where Open MPI's TCP transport polls (a rank's one core
         # shared with backprop): overlap under each launcher.
         System("hvdtrain-gloo-overlap", f"hvdtrain under horovodrun --gloo, all-reduce in "
