@@ -133,7 +133,8 @@ def options(name: str, *, compression: Any = Compression.none, sparse_as_dense: 
     """Horovod's optimizer and tape options as hvdtrain's ``HorovodConfig``; the ones hvdtrain
     does not run refused. Horovod's ``num_groups``/``groups`` and
     ``gradient_predivide_factor`` are not options here: hvdtrain reduces every dense gradient
-    as one flat tensor (one group) and averages in one step, which gives the same average."""
+    as one flat tensor (one group; across hosts one per bucket, HorovodConfig.buckets_in_force)
+    and averages in one step, which gives the same average."""
     _global_only(name, process_set)
     if device_dense or device_sparse:
         refuse(f"{name}(device_dense=..., device_sparse=...)", "is not offered: each rank "
