@@ -159,8 +159,10 @@ def buckets(sizes: Sequence[int | None], limit: int) -> list[list[int]]:
     (backprop computes the last layers' gradients first, as PyTorch DDP's buckets), each bucket
     a run of consecutive positions, closed when the next gradient would take it past ``limit``;
     a gradient larger than ``limit`` gets a bucket of its own. ``limit`` 0: ONE bucket of all
-    positions in variable order (no overlap, one negotiation per step). A size of None (a shape
-    unknown when traced) counts as larger than any bucket."""
+    positions (no overlap, one negotiation per step). A size of None (a shape unknown when
+    traced) counts as larger than any bucket. Within a bucket, variable order: gradients that
+    all fit one bucket are laid out as at ``limit`` 0, so that they sum in the same order and
+    train to the bit alike (a chaotic job diverges from one rounding apart)."""
     if limit <= 0:
         return [list(range(len(sizes)))] if sizes else []
     out: list[list[int]] = []
@@ -169,7 +171,7 @@ def buckets(sizes: Sequence[int | None], limit: int) -> list[list[int]]:
         size = sizes[position]
         size = limit + 1 if size is None else size
         if out and held + size <= limit:
-            out[-1].append(position)
+            out[-1].insert(0, position)
             held += size
         else:
             out.append([position])

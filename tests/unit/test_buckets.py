@@ -25,21 +25,22 @@ from hvdtrain.errors import UserError
 
 
 def test_buckets_run_from_the_last_gradient_to_the_first():
-    # Backprop computes the last layers' gradients first: they make the first bucket.
-    assert buckets([4, 4, 4, 4], 8) == [[3, 2], [1, 0]]
-    assert buckets([4, 4, 4], 8) == [[2, 1], [0]]
+    # Backprop computes the last layers' gradients first: they make the first bucket (in
+    # variable order within it).
+    assert buckets([4, 4, 4, 4], 8) == [[2, 3], [0, 1]]
+    assert buckets([4, 4, 4], 8) == [[1, 2], [0]]
 
 
 def test_a_bucket_is_closed_when_the_next_gradient_would_take_it_past_the_limit():
-    assert buckets([4, 4, 4, 4], 12) == [[3, 2, 1], [0]]  # exactly the limit: still fits
-    assert buckets([4, 4, 4, 4], 11) == [[3, 2], [1, 0]]  # one byte less: it does not
+    assert buckets([4, 4, 4, 4], 12) == [[1, 2, 3], [0]]  # exactly the limit: still fits
+    assert buckets([4, 4, 4, 4], 11) == [[2, 3], [0, 1]]  # one byte less: it does not
     assert buckets([4, 4, 4, 4], 7) == [[3], [2], [1], [0]]
     assert buckets([4, 4, 4, 4], 1) == [[3], [2], [1], [0]]
 
 
 def test_a_gradient_larger_than_the_bucket_goes_alone():
-    assert buckets([4, 100, 4, 4], 8) == [[3, 2], [1], [0]]
-    assert buckets([100, 4, 4], 8) == [[2, 1], [0]]
+    assert buckets([4, 100, 4, 4], 8) == [[2, 3], [1], [0]]
+    assert buckets([100, 4, 4], 8) == [[1, 2], [0]]
     # A shape unknown when traced counts as larger than any bucket.
     assert buckets([4, None, 4], 1_000) == [[2], [1], [0]]
 
@@ -49,6 +50,15 @@ def test_size_zero_makes_one_bucket_in_variable_order():
     assert buckets([], 0) == [] and buckets([], 8) == []
 
 
+def test_gradients_that_fit_one_bucket_are_laid_out_as_at_size_zero():
+    # The same flat tensor, so the same sums in the same order: auto's buckets across hosts
+    # train a small model to the bit as one all-reduce on one host does.
+    for sizes in ([4, 100, 4, 4], [7], [1, 2, 3, 4, 5]):
+        assert buckets(sizes, sum(sizes)) == buckets(sizes, 0) == [list(range(len(sizes)))]
+    # Control: a byte less than all of them makes two buckets.
+    assert buckets([1, 2, 3, 4, 5], 14) == [[1, 2, 3, 4], [0]]
+
+
 def test_every_gradient_lands_in_exactly_one_bucket_within_the_limit():
     rng = random.Random(0)
     for _ in range(200):
@@ -56,13 +66,14 @@ def test_every_gradient_lands_in_exactly_one_bucket_within_the_limit():
         limit = rng.randint(1, 120)
         got = buckets(sizes, limit)
         assert sorted(i for bucket in got for i in bucket) == list(range(len(sizes)))
-        # Consecutive positions, descending, bucket after bucket.
-        assert [i for bucket in got for i in bucket] == list(reversed(range(len(sizes))))
+        # Consecutive positions, ascending within a bucket, the buckets from the last
+        # positions to the first.
+        assert [i for bucket in reversed(got) for i in bucket] == list(range(len(sizes)))
         for bucket in got:
             assert len(bucket) == 1 or sum(sizes[i] for i in bucket) <= limit
-        # Greedy: no bucket could have taken the next bucket's first gradient.
+        # Greedy: no bucket could have taken the next bucket's first gradient (its last).
         for this, after in zip(got, got[1:]):
-            assert sum(sizes[i] for i in this) + sizes[after[0]] > limit
+            assert sum(sizes[i] for i in this) + sizes[after[-1]] > limit
 
 
 def test_bucket_mb_below_zero_but_auto_is_refused_with_one_line():
