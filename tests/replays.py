@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from helpers import assert_ok, largest_difference, launch, weights, worker
+from hvdtrain.bench.shared.timeline import tensor_names
 
 CUSTOM = ["--set", "train.loop=custom"]
 
@@ -45,8 +46,7 @@ def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, i
     another ``kind`` of collective) and the bytes they carried, read from each one's end event
     (dtype and shape of the tensor)."""
     events = json.loads(timeline.read_text())
-    tensor_of = {e["pid"]: e["args"]["name"] for e in events
-                 if e.get("name") == "process_name" and "name" in e.get("args", {})}
+    tensor_of = tensor_names(events)
     open_activities: dict[int, list[str]] = {}
     count = total = 0
     for e in events:

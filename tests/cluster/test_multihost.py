@@ -16,7 +16,7 @@ import pytest
 from helpers import (BIN, MULTIHOST_TRAIN_ARGS as TRAIN_ARGS, REPORT_HOST, TESTS, assert_ok,
                      assert_same_training, hvdtrain, largest_difference, launch, launcher_env,
                      one_host_summary, weights)
-from hvdtrain.bench.shared.timeline import read_timeline
+from hvdtrain.bench.shared.timeline import read_timeline, tensor_names
 from hvdtrain.commands import k8s, trainjob
 from hvdtrain.testing.netns_cluster import NetnsCluster
 
@@ -106,9 +106,8 @@ np.savez(f"{sys.argv[1]}/rank{world.rank}.npz", *model.get_weights())
 
 def gradient_allreduces(timeline: Path) -> list[str]:
     """The names of the gradients' all-reduces in a Horovod timeline (one per bucket)."""
-    names = {e["args"].get("name", "") for e in read_timeline(timeline.read_text())
-             if e.get("ph") == "M" and e.get("name") == "process_name"}
-    return sorted(name for name in names if "gradients" in name)
+    names = tensor_names(read_timeline(timeline.read_text())).values()
+    return sorted({name for name in names if "gradients" in name})
 
 
 def test_a_library_script_across_two_hosts_reduces_in_auto_buckets(cluster, tmp_path):

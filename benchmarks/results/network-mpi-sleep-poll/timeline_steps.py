@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import sys
 
-from hvdtrain.bench.shared.timeline import read_timeline, tensor_phases
+from hvdtrain.bench.shared.timeline import read_timeline, tensor_names, tensor_phases
 
 GAP_S = 0.15     # the link idle this long between two all-reduces: the next step has begun
 FUSED_S = 0.002  # all-reduces ending this close together were one fused all-reduce
@@ -20,8 +20,7 @@ def spans(path: str) -> list[tuple[float, float, str]]:
     """(start s, end s, bucket) of every MPI or Gloo all-reduce of hvdtrain's gradients."""
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as file:
         events = read_timeline(file.read())
-    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M"
-             and e["name"] == "process_name" and "name" in e.get("args", {})}
+    names = tensor_names(events)
     out = []
     for pid, phases in tensor_phases(events).items():
         tensor = names.get(pid, "")

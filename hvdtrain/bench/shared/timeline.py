@@ -45,6 +45,12 @@ def read_timeline(text: str) -> list[dict[str, Any]]:
     return json.loads(body if body.endswith("]") else body + "]")
 
 
+def tensor_names(events: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """Per tensor (a timeline 'process'), its name: Horovod's "process_name" metadata event."""
+    return {e["pid"]: e["args"]["name"] for e in events
+            if e.get("name") == "process_name" and "name" in e.get("args", {})}
+
+
 def tensor_phases(events: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[Interval]]]:
     """Per tensor (a timeline 'process'), per phase name, its intervals in microseconds, in
     order; a phase is a B event and the E event that closes it."""
