@@ -14,7 +14,7 @@ import horovod.tensorflow as hvd
 from hvdtrain.launch import placement, rank_env
 from hvdtrain.config import HorovodConfig
 from hvdtrain.distributed.agreement import agree_or_fail
-from hvdtrain.distributed import writers
+from hvdtrain.distributed import reducer, writers
 from hvdtrain.distributed.binding import keras_version
 from hvdtrain.distributed.world import World, controller
 from hvdtrain.errors import UserError
@@ -46,10 +46,9 @@ def init(*, device: str = "auto", intra_op_threads: int = 0, inter_op_threads: i
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
     share = placement.threads_per_rank(*placement.cores_available(), local_size)
-    buckets = (options or HorovodConfig()).buckets_in_force(size, local_size,
-                                                           rank_env.is_elastic(os.environ))
-    intra, inter = placement.thread_counts(share, intra_op_threads, inter_op_threads,
-                                           overlap=buckets > 0)
+    intra, inter = placement.thread_counts(
+        share, intra_op_threads, inter_op_threads,
+        overlap=reducer.buckets_in_force(options or HorovodConfig()) > 0)
     given = placement.given_devices(os.environ)
     try:
         placed, problem, pinned = _pin_device(local_rank, local_size, device, given)
