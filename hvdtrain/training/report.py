@@ -36,12 +36,14 @@ def buckets_note(world: Any, buckets_mb: float) -> str | None:
             "docs/horovod-options.md, bucket_mb")
 
 
-def buckets_description(config: Config, buckets_mb: float) -> str:
-    """The banner's words for the buckets in force: ", buckets 2 MB" (with "(auto: ranks on
-    several hosts)" where auto chose them), or nothing for one all-reduce per step."""
+def buckets_description(config: Config, world: Any, buckets_mb: float) -> str:
+    """The banner's words for the buckets in force: ", buckets 2 MB" (with why, "(auto: ranks
+    on several hosts)" or "(auto: elastic training)", where auto chose them), or nothing for one
+    all-reduce per step."""
     if not buckets_mb:
         return ""
-    return f", buckets {buckets_mb:g} MB" + (" (auto: ranks on several hosts)"
+    why = "ranks on several hosts" if world.local_size < world.size else "elastic training"
+    return f", buckets {buckets_mb:g} MB" + (f" (auto: {why})"
                                               if config.horovod.bucket_mb == -1 else "")
 
 
@@ -53,7 +55,7 @@ def banner(config: Config, world: Any, *, data: str, params: int, steps: int, pe
     settings, the stack and the run directory."""
     c, w = config, world
     options = "".join(f", {option}" for option in changed_gradient_options(c))
-    reduction = buckets_description(c, buckets_mb) + ("" if c.horovod.flatten
+    reduction = buckets_description(c, w, buckets_mb) + ("" if c.horovod.flatten
                                                       else ", grouped all-reduce")
     note = buckets_note(w, buckets_mb)
     note_line = f"  note  {note}\n" if note else ""

@@ -110,10 +110,9 @@ def test_auto_buckets_under_elastic_training_whatever_the_world():
     assert not rank_env.is_elastic({}) and not rank_env.is_elastic({"HOROVOD_ELASTIC": "0"})
 
 
-def banner_lines(config, world, prefix):
-    """The lines of rank 0's banner for ``config`` and ``world`` (not elastic) that start with
-    ``prefix``."""
-    buckets = config.horovod.buckets_in_force(world.size, world.local_size)
+def banner_lines(config, world, prefix, elastic=False):
+    """The lines of rank 0's banner for ``config`` and ``world`` that start with ``prefix``."""
+    buckets = config.horovod.buckets_in_force(world.size, world.local_size, elastic)
     text = report.banner(config, world, data="d", params=1, steps=1, peak_lr=0.1, start_epoch=0,
                          horovod_in_force="fusion 128 MB", buckets_mb=buckets, run_dir="r",
                          hvdtrain="0.2.0")
@@ -152,6 +151,11 @@ def test_the_banner_says_auto_buckets_are_in_force_across_hosts():
     assert banner_lines(config, two_hosts, "  horovod") == [
         "  horovod fusion 128 MB, buckets 2 MB (auto: ranks on several hosts)"]
     assert banner_lines(config, two_hosts, "  note") == []
+    # Under elastic training, on one host or alone, the banner gives that reason instead.
+    for world in (dist.World(0, 2, 0, 2, "gloo", "/CPU:0", 1, 1, "stack"),
+                  dist.World(0, 1, 0, 1, "gloo", "/CPU:0", 1, 1, "stack")):
+        assert banner_lines(config, world, "  horovod", elastic=True) == [
+            "  horovod fusion 128 MB, buckets 2 MB (auto: elastic training)"]
     # Under mpirun on one core they wait for backprop: the note says so, as for a size set.
     mpi_two_hosts = dataclasses.replace(two_hosts, controller="mpi")
     [note] = banner_lines(config, mpi_two_hosts, "  note")
