@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from binding_models import BUCKET_CASES, FEATURES, bucket_model, no_input_model
+from binding_models import BUCKET_CASES, FEATURES, bucket_model, data, no_input_model
+from guarantees_apart import skipping_model
 from stack import keras3
 
 
@@ -36,7 +37,29 @@ def two_rank_checks(dist, rank: int) -> dict:
                          for case, bucket_mb in BUCKET_CASES.items()}
     if keras3():
         checks.update(metric_checks(dist, rank))
+    # Last, as it would hang if it failed: a layer skipped on rank 1, at one all-reduce and in
+    # buckets (at 0.0005 MB one flat bucket, one grouped, one whole; at 0.00001 all grouped).
+    checks["skipped_layer"] = [refusal(lambda: skipped_layer_fit(dist, rank, bucket_mb))
+                               for bucket_mb in (0, 0.00001, 0.0005)]
     return checks
+
+
+def skipped_layer_fit(dist, rank: int, bucket_mb: float) -> None:
+    """docs/guarantees.md's layer_skipped_on_rank through the library: a model that skips its
+    middle Dense on rank 1, fit with a distributed optimizer at ``bucket_mb``."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+    from hvdtrain.config import HorovodConfig
+    model = skipping_model(SimpleNamespace(tf=tf))
+    model(np.zeros((1, FEATURES), "float32"))
+    model.skip = rank == 1
+    model.compile(optimizer=dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1),
+                                                       HorovodConfig(bucket_mb=bucket_mb)),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=False)
+    x, y = data(rank, 2, 8)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=dist.fit_callbacks())
 
 
 def bucket_ops(dist, bucket_mb: float) -> list[list]:

@@ -60,7 +60,7 @@ def _reduce_with_hvdtrain(distributed: Any, options: HorovodConfig) -> None:
         grads = list(grads)
         record_layout(distributed, grads, list(variables))
         broadcast_before_first_update(distributed.iterations, list(variables))
-        return reduce_gradients(grads, options)
+        return reduce_gradients(grads, options, variables=list(variables))
 
     # Horovod: its _allreduce (and the accumulation helper, which took the function when it
     # was made) calls _allreduce_grads on the gradients to reduce.

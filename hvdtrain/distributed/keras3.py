@@ -85,7 +85,7 @@ def _distributed_class(base: type, options: HorovodConfig, steps: int, scale: fl
         record_layout(self, grads, variables)
         self.hvdtrain_applied = True  # set while the train step is traced: see check_first_step
         if steps == 1:
-            grads = reduce_gradients(grads, options)
+            grads = reduce_gradients(grads, options, variables=variables)
         broadcast.broadcast_before_first_update(self.iterations, variables)
         return base.apply(self, grads, trainable_variables)
 

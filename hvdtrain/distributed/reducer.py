@@ -23,12 +23,15 @@ from hvdtrain.errors import UserError
 from hvdtrain.launch import rank_env
 
 T = TypeVar("T")
+# In the error of a traced step whose buckets found a gradient missing on some ranks only.
+MISSING_ON_SOME_RANKS = "hvdtrain: a gradient is missing on some ranks only"
 # The gradients distributed tapes returned, by id (weakly: they go when the step drops them).
 _REDUCED_BY_TAPE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
 def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
-                     options: HorovodConfig, name: str = "hvdtrain_gradients"
+                     options: HorovodConfig, name: str = "hvdtrain_gradients",
+                     variables: Sequence[Any] | None = None
                      ) -> list[tf.Tensor | tf.IndexedSlices | None]:
     """The gradients averaged (or Adasum-combined) over ranks, in their order; None stays None.
 
@@ -41,7 +44,16 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     first layers' gradients; sparse ones (IndexedSlices, from embeddings) are reduced each on
     its own, apart from the dense ones, unless sparse_as_dense makes them dense first. Adasum
     reduces every tensor on its own. ``name`` must be the same on every rank and differ
-    between call sites."""
+    between call sites.
+
+    ``variables`` (what the gradients are for, in their order) keep buckets sound where a
+    gradient is missing (None) on some ranks only (a layer skipped by a Python ``if`` on the
+    rank): cut from each rank's own gradients, the ranks' buckets would differ in name and leave
+    each other waiting. With them a missing gradient keeps its place in its bucket as zeros,
+    and one bucket a step also averages which places are missing on each rank: where ranks
+    differ, the step fails on every rank alike (MISSING_ON_SOME_RANKS; step_guard.py names the
+    variable) before anything is applied. One all-reduce (no buckets) needs none of that:
+    there a missing gradient mismatches the one tensor's shape, which Horovod refuses."""
     out: list[Any] = list(gradients)
     # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
     # under elastic training, where a step traced at size 1 may run after workers join.
@@ -49,9 +61,12 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
         return out
     dense: list[int] = []
     sparse: list[int] = []
+    holes = None if variables is None else dict(enumerate(variables))
     for i, grad in enumerate(out):
         if grad is None:
             continue
+        if holes is not None:
+            del holes[i]
         if isinstance(grad, tf.IndexedSlices) and options.sparse_as_dense:
             out[i] = tf.convert_to_tensor(grad)
         (sparse if isinstance(out[i], tf.IndexedSlices) else dense).append(i)
@@ -59,7 +74,7 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
         _reduce_each(out, sparse + dense, options, name)
     else:
         _reduce_each(out, sparse, options, name)
-        _reduce_grouped(out, dense, options, name)
+        _reduce_grouped(out, dense, holes, options, name)
     return out
 
 
@@ -82,25 +97,61 @@ def _reduce_each(out: list[Any], positions: list[int], options: HorovodConfig,
                                name=f"{name}_{i}")
 
 
-def _reduce_grouped(out: list[Any], dense: list[int], options: HorovodConfig,
-                    name: str) -> None:
+def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | None,
+                    options: HorovodConfig, name: str) -> None:
     """The dense gradients at ``dense`` in ``out`` reduced in place: one all-reduce per dtype,
-    or per bucket of ``options.bucket_mb`` (auto: HorovodConfig.buckets_in_force)."""
-    by_dtype: dict[tf.DType, list[int]] = {}
-    for i in dense:
-        by_dtype.setdefault(out[i].dtype, []).append(i)
+    or per bucket of ``options.bucket_mb`` (auto: HorovodConfig.buckets_in_force). ``holes``:
+    the variables of the missing gradients by position (None: not known); with buckets, each
+    keeps its place (see reduce_gradients)."""
     limit = math.ceil(buckets_in_force(options) * MB)  # a bucket_mb > 0 gives at least 1 byte
+    held = dict(holes or {}) if limit > 0 else {}
+    slots = {i: out[i] for i in dense}
+    slots.update({i: _zeros_like(v) for i, v in held.items()})
+    by_dtype: dict[tf.DType, list[int]] = {}
+    for i in sorted(slots):
+        by_dtype.setdefault(slots[i].dtype, []).append(i)
     for dtype, of_dtype in sorted(by_dtype.items(), key=lambda item: item[0].name):
         base = name if len(by_dtype) == 1 else f"{name}_{dtype.name}"
-        sizes = [_bytes(out[i].shape.num_elements(), dtype.size) for i in of_dtype]
+        sizes = [_bytes(slots[i].shape.num_elements(), dtype.size) for i in of_dtype]
         groups = buckets(sizes, limit)
+        # The bucket of most gradients (flat, most likely: no copy through Horovod's fusion
+        # buffer) takes the marker of every place of this dtype.
+        carrier = (max(range(len(groups)), key=lambda k: len(groups[k]))
+                   if holes is not None and limit > 0 else None)
+        unused: list[tf.Tensor] = []
         for k, bucket in enumerate(groups):
             grouped = [of_dtype[j] for j in bucket]
+            missing = None if k != carrier else tf.constant(
+                [float(i in held) for i in of_dtype], dtype)
             # Its name is the same on every rank: the ranks match buckets by it.
-            reduced = _reduce_bucket([out[i] for i in grouped], options,
-                                     base if len(groups) == 1 else f"{base}_b{k}")
+            reduced = _reduce_bucket([slots[i] for i in grouped], options,
+                                     base if len(groups) == 1 else f"{base}_b{k}", missing)
+            if missing is not None:
+                averaged = reduced.pop()
+            if all(i in held for i in grouped):
+                unused.extend(reduced)
             for i, grad in zip(grouped, reduced):
-                out[i] = grad
+                out[i] = None if i in held else grad
+        if carrier is not None:
+            _same_places_missing(averaged, unused)
+
+
+def _zeros_like(variable: Any) -> tf.Tensor:
+    shape = tf.TensorShape(variable.shape)
+    if shape.is_fully_defined():
+        return tf.zeros(shape, variable.dtype)
+    return tf.zeros_like(tf.convert_to_tensor(variable))
+
+
+def _same_places_missing(averaged: tf.Tensor, unused: list[tf.Tensor]) -> None:
+    """Fails the step on every rank where places are missing on some ranks only: averaged over
+    ranks, each place's 1 (missing) or 0 is then neither. After the all-reduces of ``unused``,
+    the buckets of only missing places, which nothing else would wait for: a traced step runs
+    only what its outputs and its checks need, and the other ranks wait for them."""
+    # Every rank sees the same average, so all fail together, the others' buckets done.
+    with tf.control_dependencies(unused):
+        tf.debugging.assert_equal(tf.reduce_any((averaged > 0) & (averaged < 1)), False,
+                                  message=MISSING_ON_SOME_RANKS)
 
 
 # TensorFlow splits a tensor along its first axis without copying where every part starts on a
@@ -120,16 +171,20 @@ def flat_layout(sizes: Sequence[int], itemsize: int) -> list[int]:
     return [-(-size // align) * align for size in sizes]
 
 
-def _reduce_bucket(grads: list[tf.Tensor], options: HorovodConfig, name: str
-                   ) -> list[tf.Tensor]:
+def _reduce_bucket(grads: list[tf.Tensor], options: HorovodConfig, name: str,
+                   marker: tf.Tensor | None = None) -> list[tf.Tensor]:
     """One bucket of dense gradients of one dtype, reduced as ONE flat tensor: concatenated
     (each padded to an aligned start, ``flat_layout``), all-reduced, and split back without
     copies. Horovod's grouped all-reduce of the same gradients copies each one into its fusion
     buffer and out again, and books every tensor apart (bench phases times both). A bucket of
     one gradient, or with one of unknown size (a shape traced as None), takes the grouped
-    all-reduce, and so does every bucket where ``options.flatten`` is off."""
+    all-reduce, and so does every bucket where ``options.flatten`` is off. A ``marker`` goes
+    with the gradients, last, its average returned after theirs."""
     sizes = [grad.shape.num_elements() for grad in grads]
-    if len(grads) == 1 or None in sizes or not options.flatten:
+    grouped = len(grads) == 1 or None in sizes or not options.flatten
+    if marker is not None:
+        grads, sizes = [*grads, marker], [*sizes, marker.shape.num_elements()]
+    if grouped:
         # Horovod: one negotiation, fused into one buffer; its op takes one dtype only.
         return hvd.grouped_allreduce(grads, op=reduce_op(options),
                                      compression=compression(options), name=name)
@@ -197,8 +252,11 @@ class ReducingTape:
         self._tape, self._options = tape, options
 
     def gradient(self, target: tf.Tensor, sources: Sequence[Any]) -> list[Any]:
+        flat = isinstance(sources, (list, tuple)) and all(
+            hasattr(s, "shape") and hasattr(s, "dtype") for s in sources)
         return mark_reduced(reduce_gradients(self._tape.gradient(target, sources),
-                                             self._options, name="hvdtrain_tape_gradients"))
+                                             self._options, name="hvdtrain_tape_gradients",
+                                             variables=sources if flat else None))
 
 
 def refuse_reduced(gradients: Sequence[Any]) -> None:

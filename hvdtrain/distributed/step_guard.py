@@ -23,6 +23,7 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 from hvdtrain.distributed import collectives
+from hvdtrain.distributed.reducer import MISSING_ON_SOME_RANKS
 from hvdtrain.errors import UserError
 
 LAYOUT = "hvdtrain_gradient_layout"  # on the optimizer: [(variable, has a gradient)] at trace
@@ -56,7 +57,8 @@ class GuardedSteps:
                                  if self.several else calls)
             raise
         except tf.errors.OpError as error:
-            problem = layout_problem(self.model) if "Mismatched" in str(error) else None
+            problem = (layout_problem(self.model) if "Mismatched" in str(error)
+                       or MISSING_ON_SOME_RANKS in str(error) else None)
             if problem:
                 raise UserError(problem, shared=True) from None
             raise

@@ -211,3 +211,44 @@ def test_a_bucket_is_one_flat_tensor_whose_parts_come_back_in_place(monkeypatch,
     # Control: horovod.flatten off sends each gradient as a tensor of its own.
     assert sent == ([("allreduce", [[sum(flat_layout(sizes, 4))]])] if flatten else
                     [("grouped", [list(shape) for shape in shapes])])
+
+
+@pytest.mark.parametrize("bucket_mb", [0.00001, 0.0002])   # each gradient its own; several
+def test_a_gradient_missing_keeps_its_place_in_the_buckets(monkeypatch, bucket_mb):
+    # reduce_gradients as the optimizers call it, with the variables, at 2 ranks in buckets:
+    # the missing gradient's place goes as zeros, so every rank's buckets are the same
+    # all-reduces, and a marker of the missing places goes with each bucket. Horovod's
+    # collectives replaced by ones that record what they were sent and scale it by ``factor``.
+    sent: list[list[float]] = []
+    factor = 1.0
+
+    def allreduce(tensor, **options):
+        sent.append(tensor.numpy().tolist())
+        return tensor * factor
+
+    def grouped_allreduce(tensors, **options):
+        sent.extend(t.numpy().ravel().tolist() for t in tensors)
+        return [t * factor for t in tensors]
+    monkeypatch.setattr(reducer.hvd, "size", lambda: 2)
+    monkeypatch.setattr(reducer.hvd, "local_size", lambda: 2)
+    monkeypatch.setattr(reducer.hvd, "allreduce", allreduce)
+    monkeypatch.setattr(reducer.hvd, "grouped_allreduce", grouped_allreduce)
+    variables = [tf.Variable(tf.ones(shape)) for shape in [(16, 2), (16,), (8,)]]
+    grads = [tf.fill((16, 2), 3.0), None, tf.fill((8,), 5.0)]
+    options = HorovodConfig(bucket_mb=bucket_mb)
+    out = dist.reduce_gradients(grads, options, variables=variables)
+    assert out[1] is None
+    assert [g.numpy().tolist() for g in (out[0], out[2])] == [
+        grads[0].numpy().tolist(), grads[2].numpy().tolist()]
+    flat = [x for part in sent for x in (part if isinstance(part, list) else [part])]
+    assert flat.count(3.0) == 32 and flat.count(5.0) == 8 and flat.count(1.0) == 1  # 1: missing
+    # Averaged with a rank that has that gradient (its marker 0): every rank stops this step.
+    factor = 0.5
+    with pytest.raises(tf.errors.InvalidArgumentError, match=reducer.MISSING_ON_SOME_RANKS):
+        dist.reduce_gradients(grads, options, variables=variables)
+    # Control: with every gradient there, the same average passes; at one all-reduce (0), no
+    # marker and nothing sent for the missing gradient (Horovod refuses mismatched shapes).
+    dist.reduce_gradients([grads[0], tf.fill((16,), 4.0), grads[2]], options, variables=variables)
+    sent.clear()
+    dist.reduce_gradients(grads, HorovodConfig(bucket_mb=0), variables=variables)
+    assert [len(part) for part in sent] == [32 + 16]
