@@ -37,25 +37,27 @@ def two_rank_checks(dist, rank: int) -> dict:
                          for case, bucket_mb in BUCKET_CASES.items()}
     if keras3():
         checks.update(metric_checks(dist, rank))
-    # Last, as it would hang if it failed: a layer skipped on rank 1, at one all-reduce and in
-    # buckets (at 0.0005 MB one flat bucket, one grouped, one whole; at 0.00001 all grouped).
-    checks["skipped_layer"] = [refusal(lambda: skipped_layer_fit(dist, rank, bucket_mb))
-                               for bucket_mb in (0, 0.00001, 0.0005)]
+    # Last, as it would hang if it failed: a layer skipped on rank 1, at one all-reduce (flat,
+    # and grouped with flatten off) and in buckets (at 0.0005 MB one flat bucket, one grouped,
+    # one whole; at 0.00001 all grouped).
+    checks["skipped_layer"] = [refusal(lambda: skipped_layer_fit(dist, rank, options))
+                               for options in (HorovodConfig(bucket_mb=0),
+                                               HorovodConfig(bucket_mb=0, flatten=False),
+                                               HorovodConfig(bucket_mb=0.00001),
+                                               HorovodConfig(bucket_mb=0.0005))]
     return checks
 
 
-def skipped_layer_fit(dist, rank: int, bucket_mb: float) -> None:
+def skipped_layer_fit(dist, rank: int, options) -> None:
     """docs/guarantees.md's layer_skipped_on_rank through the library: a model that skips its
-    middle Dense on rank 1, fit with a distributed optimizer at ``bucket_mb``."""
+    middle Dense on rank 1, fit with a distributed optimizer of ``options``."""
     from types import SimpleNamespace
 
     import tensorflow as tf
-    from hvdtrain.config import HorovodConfig
     model = skipping_model(SimpleNamespace(tf=tf))
     model(np.zeros((1, FEATURES), "float32"))
     model.skip = rank == 1
-    model.compile(optimizer=dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1),
-                                                       HorovodConfig(bucket_mb=bucket_mb)),
+    model.compile(optimizer=dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1), options),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
     x, y = data(rank, 2, 8)

@@ -52,8 +52,9 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     each other waiting. With them a missing gradient keeps its place in its bucket as zeros,
     and one bucket a step also averages which places are missing on each rank: where ranks
     differ, the step fails on every rank alike (MISSING_ON_SOME_RANKS; step_guard.py names the
-    variable) before anything is applied. One all-reduce (no buckets) needs none of that:
-    there a missing gradient mismatches the one tensor's shape, which Horovod refuses."""
+    variable) before anything is applied; so too where ``flatten`` is off, whose grouped
+    all-reduce names each tensor by its count. One flat all-reduce needs none of that: there a
+    missing gradient mismatches the one tensor's shape, which Horovod refuses."""
     out: list[Any] = list(gradients)
     # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
     # under elastic training, where a step traced at size 1 may run after workers join.
@@ -101,10 +102,12 @@ def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | No
                     options: HorovodConfig, name: str) -> None:
     """The dense gradients at ``dense`` in ``out`` reduced in place: one all-reduce per dtype,
     or per bucket of ``options.bucket_mb`` (auto: HorovodConfig.buckets_in_force). ``holes``:
-    the variables of the missing gradients by position (None: not known); with buckets, each
-    keeps its place (see reduce_gradients)."""
+    the variables of the missing gradients by position (None: not known); with buckets or
+    grouped (``flatten`` off), each keeps its place (see reduce_gradients)."""
     limit = math.ceil(buckets_in_force(options) * MB)  # a bucket_mb > 0 gives at least 1 byte
-    held = dict(holes or {}) if limit > 0 else {}
+    # One flat all-reduce needs no places kept: a missing gradient mismatches its shapes.
+    marked = holes is not None and (limit > 0 or not options.flatten)
+    held = dict(holes or {}) if marked else {}
     slots = {i: out[i] for i in dense}
     slots.update({i: _zeros_like(v) for i, v in held.items()})
     by_dtype: dict[tf.DType, list[int]] = {}
@@ -116,8 +119,7 @@ def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | No
         groups = buckets(sizes, limit)
         # The bucket of most gradients (flat, most likely: no copy through Horovod's fusion
         # buffer) takes the marker of every place of this dtype.
-        carrier = (max(range(len(groups)), key=lambda k: len(groups[k]))
-                   if holes is not None and limit > 0 else None)
+        carrier = max(range(len(groups)), key=lambda k: len(groups[k])) if marked else None
         unused: list[tf.Tensor] = []
         for k, bucket in enumerate(groups):
             grouped = [of_dtype[j] for j in bucket]
