@@ -52,9 +52,9 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     each other waiting. With them a missing gradient keeps its place in its bucket as zeros,
     and one bucket a step also averages which places are missing on each rank: where ranks
     differ, the step fails on every rank alike (MISSING_ON_SOME_RANKS; step_guard.py names the
-    variable) before anything is applied; so too where ``flatten`` is off, whose grouped
-    all-reduce names each tensor by its count. One flat all-reduce needs none of that: there a
-    missing gradient mismatches the one tensor's shape, which Horovod refuses."""
+    variable) before anything is applied. So too at one all-reduce a step: where ``flatten`` is
+    off its grouped all-reduce names each tensor by the group's count, and Horovod's refusal
+    of a flat tensor's mismatched shapes need not reach every rank."""
     out: list[Any] = list(gradients)
     # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
     # under elastic training, where a step traced at size 1 may run after workers join.
@@ -75,7 +75,9 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
         _reduce_each(out, sparse + dense, options, name)
     else:
         _reduce_each(out, sparse, options, name)
-        _reduce_grouped(out, dense, holes, options, name)
+        averages, results = _reduce_grouped(out, dense, holes, options, name)
+        if averages:
+            _same_places_missing(averages, results + [out[i].values for i in sparse])
     return out
 
 
@@ -99,17 +101,22 @@ def _reduce_each(out: list[Any], positions: list[int], options: HorovodConfig,
 
 
 def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | None,
-                    options: HorovodConfig, name: str) -> None:
+                    options: HorovodConfig, name: str
+                    ) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
     """The dense gradients at ``dense`` in ``out`` reduced in place: one all-reduce per dtype,
     or per bucket of ``options.bucket_mb`` (auto: HorovodConfig.buckets_in_force). ``holes``:
-    the variables of the missing gradients by position (None: not known); with buckets or
-    grouped (``flatten`` off), each keeps its place (see reduce_gradients)."""
+    the variables of the missing gradients by position (None: not known), each keeping its
+    place (see reduce_gradients). Returns the averaged markers of the missing places (none
+    where ``holes`` is None) and every result."""
     limit = math.ceil(buckets_in_force(options) * MB)  # a bucket_mb > 0 gives at least 1 byte
-    # One flat all-reduce needs no places kept: a missing gradient mismatches its shapes.
-    marked = holes is not None and (limit > 0 or not options.flatten)
-    held = dict(holes or {}) if marked else {}
+    # Alike at every bucket size, so that gradients in one bucket sum as at 0 (ring all-reduce
+    # of 3 ranks or more: the buffer's length decides which rank starts each element's sum).
+    marked = holes is not None
+    held = dict(holes or {})
     slots = {i: out[i] for i in dense}
     slots.update({i: _zeros_like(v) for i, v in held.items()})
+    averages: list[tf.Tensor] = []
+    results: list[tf.Tensor] = []
     by_dtype: dict[tf.DType, list[int]] = {}
     for i in sorted(slots):
         by_dtype.setdefault(slots[i].dtype, []).append(i)
@@ -120,7 +127,6 @@ def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | No
         # The bucket of most gradients (flat, most likely: no copy through Horovod's fusion
         # buffer) takes the marker of every place of this dtype.
         carrier = max(range(len(groups)), key=lambda k: len(groups[k])) if marked else None
-        unused: list[tf.Tensor] = []
         for k, bucket in enumerate(groups):
             grouped = [of_dtype[j] for j in bucket]
             missing = None if k != carrier else tf.constant(
@@ -129,13 +135,11 @@ def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | No
             reduced = _reduce_bucket([slots[i] for i in grouped], options,
                                      base if len(groups) == 1 else f"{base}_b{k}", missing)
             if missing is not None:
-                averaged = reduced.pop()
-            if all(i in held for i in grouped):
-                unused.extend(reduced)
+                averages.append(reduced.pop())
+            results.extend(reduced)
             for i, grad in zip(grouped, reduced):
                 out[i] = None if i in held else grad
-        if carrier is not None:
-            _same_places_missing(averaged, unused)
+    return averages, results
 
 
 def _zeros_like(variable: Any) -> tf.Tensor:
@@ -145,15 +149,15 @@ def _zeros_like(variable: Any) -> tf.Tensor:
     return tf.zeros_like(tf.convert_to_tensor(variable))
 
 
-def _same_places_missing(averaged: tf.Tensor, unused: list[tf.Tensor]) -> None:
+def _same_places_missing(averages: list[tf.Tensor], results: list[tf.Tensor]) -> None:
     """Fails the step on every rank where places are missing on some ranks only: averaged over
-    ranks, each place's 1 (missing) or 0 is then neither. After the all-reduces of ``unused``,
-    the buckets of only missing places, which nothing else would wait for: a traced step runs
-    only what its outputs and its checks need, and the other ranks wait for them."""
-    # Every rank sees the same average, so all fail together, the others' buckets done.
-    with tf.control_dependencies(unused):
-        tf.debugging.assert_equal(tf.reduce_any((averaged > 0) & (averaged < 1)), False,
-                                  message=MISSING_ON_SOME_RANKS)
+    ranks, each place's 1 (missing) or 0 is then neither. Only once every all-reduce of the
+    step (``results``) is done on this rank, so that none is left for the others to wait on
+    (a bucket of only missing places, whose result nothing else uses, would not even run)."""
+    # Every rank sees the same averages, so all fail together, every collective done.
+    with tf.control_dependencies(results):
+        split = tf.reduce_any([tf.reduce_any((a > 0) & (a < 1)) for a in averages])
+        tf.debugging.assert_equal(split, False, message=MISSING_ON_SOME_RANKS)
 
 
 # TensorFlow splits a tensor along its first axis without copying where every part starts on a

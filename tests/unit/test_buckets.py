@@ -217,7 +217,7 @@ def test_a_bucket_is_one_flat_tensor_whose_parts_come_back_in_place(monkeypatch,
 def test_a_gradient_missing_keeps_its_place_in_the_buckets(monkeypatch, bucket_mb):
     # reduce_gradients as the optimizers call it, with the variables, at 2 ranks in buckets:
     # the missing gradient's place goes as zeros, so every rank's buckets are the same
-    # all-reduces, and a marker of the missing places goes with each bucket. Horovod's
+    # all-reduces, and a marker of the missing places goes with one bucket. Horovod's
     # collectives replaced by ones that record what they were sent and scale it by ``factor``.
     sent: list[list[float]] = []
     factor = 1.0
@@ -246,9 +246,12 @@ def test_a_gradient_missing_keeps_its_place_in_the_buckets(monkeypatch, bucket_m
     factor = 0.5
     with pytest.raises(tf.errors.InvalidArgumentError, match=reducer.MISSING_ON_SOME_RANKS):
         dist.reduce_gradients(grads, options, variables=variables)
-    # Control: with every gradient there, the same average passes; at one all-reduce (0), no
-    # marker and nothing sent for the missing gradient (Horovod refuses mismatched shapes).
+    # Control: with every gradient there, the same average passes. At one all-reduce (0) the
+    # same places (one flat tensor: 32, the missing 16, 8 and the marker's 3, each padded to
+    # 16); without the variables, nothing in the missing gradient's place and no marker.
     dist.reduce_gradients([grads[0], tf.fill((16,), 4.0), grads[2]], options, variables=variables)
     sent.clear()
+    factor = 1.0
     dist.reduce_gradients(grads, HorovodConfig(bucket_mb=0), variables=variables)
-    assert [len(part) for part in sent] == [32 + 16]
+    dist.reduce_gradients(grads, HorovodConfig(bucket_mb=0))
+    assert [len(part) for part in sent] == [32 + 16 + 16 + 16, 32 + 16]
