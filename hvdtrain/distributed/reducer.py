@@ -109,10 +109,9 @@ def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | No
     place (see reduce_gradients). Returns the averaged markers of the missing places (none
     where ``holes`` is None) and every result."""
     limit = math.ceil(buckets_in_force(options) * MB)  # a bucket_mb > 0 gives at least 1 byte
-    # Alike at every bucket size, so that gradients in one bucket sum as at 0 (ring all-reduce
-    # of 3 ranks or more: the buffer's length decides which rank starts each element's sum).
-    marked = holes is not None
-    held = dict(holes or {})
+    # Places kept alike at every bucket size, so that gradients in one bucket sum as at 0 (ring
+    # all-reduce of 3 ranks or more: the buffer's length decides which rank starts each sum).
+    held = holes or {}
     slots = {i: out[i] for i in dense}
     slots.update({i: _zeros_like(v) for i, v in held.items()})
     averages: list[tf.Tensor] = []
@@ -126,7 +125,8 @@ def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | No
         groups = buckets(sizes, limit)
         # The bucket of most gradients (flat, most likely: no copy through Horovod's fusion
         # buffer) takes the marker of every place of this dtype.
-        carrier = max(range(len(groups)), key=lambda k: len(groups[k])) if marked else None
+        carrier = (max(range(len(groups)), key=lambda k: len(groups[k]))
+                   if holes is not None else None)
         for k, bucket in enumerate(groups):
             grouped = [of_dtype[j] for j in bucket]
             missing = None if k != carrier else tf.constant(
