@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from binding_models import BUCKET_CASES, FEATURES, bucket_model, data, no_input_model
+from binding_models import (BUCKET_CASES, FEATURES, bucket_model, data, dense_first_model,
+                            no_input_model)
 from guarantees_apart import skipping_model
 from stack import keras3
 
@@ -37,31 +38,86 @@ def two_rank_checks(dist, rank: int) -> dict:
                          for case, bucket_mb in BUCKET_CASES.items()}
     if keras3():
         checks.update(metric_checks(dist, rank))
-    # Last, as it would hang if it failed: a layer skipped on rank 1, at one all-reduce (flat,
-    # and grouped with flatten off) and in buckets (at 0.0005 MB one flat bucket, one grouped,
-    # one whole; at 0.00001 all grouped).
+    # Last, as they would hang if they failed: a layer skipped on rank 1, at one all-reduce
+    # (flat, and grouped with flatten off) and in buckets (at 0.0005 MB one flat bucket, one
+    # grouped, one whole; at 0.00001 all grouped); an Embedding skipped (its gradient sparse);
+    # on Keras 3 a layer skipped under Keras' own accumulation; through the tape. And a step
+    # traced again on one rank only.
     checks["skipped_layer"] = [refusal(lambda: skipped_layer_fit(dist, rank, options))
                                for options in (HorovodConfig(bucket_mb=0),
                                                HorovodConfig(bucket_mb=0, flatten=False),
                                                HorovodConfig(bucket_mb=0.00001),
                                                HorovodConfig(bucket_mb=0.0005))]
+    checks["skipped_embedding"] = [
+        refusal(lambda: skipped_layer_fit(dist, rank, options, embedding=True))
+        for options in (HorovodConfig(bucket_mb=0), HorovodConfig(bucket_mb=0.0005))]
+    if keras3():
+        checks["skipped_layer"].append(refusal(lambda: skipped_layer_fit(
+            dist, rank, HorovodConfig(bucket_mb=0.0005), accumulation=2)))
+    checks["skipped_on_tape"] = skipped_layer_tape(dist, rank)
+    checks["retraced_alone"] = retraced_on_one_rank(dist, rank)
     return checks
 
 
-def skipped_layer_fit(dist, rank: int, options) -> None:
+def skipped_layer_fit(dist, rank: int, options, embedding: bool = False,
+                      accumulation: int = 1) -> None:
     """docs/guarantees.md's layer_skipped_on_rank through the library: a model that skips its
-    middle Dense on rank 1, fit with a distributed optimizer of ``options``."""
+    middle Dense (or, with ``embedding``, dense_first_model's Embedding, whose gradient is
+    sparse) on rank 1, fit with a distributed optimizer of ``options`` (accumulating over
+    ``accumulation`` batches with Keras 3's own gradient_accumulation_steps)."""
     from types import SimpleNamespace
 
     import tensorflow as tf
-    model = skipping_model(SimpleNamespace(tf=tf))
-    model(np.zeros((1, FEATURES), "float32"))
+    model = dense_first_model() if embedding else skipping_model(SimpleNamespace(tf=tf))
+    x, y = data(rank, 2, 8)
+    model(x[:1])
     model.skip = rank == 1
-    model.compile(optimizer=dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1), options),
+    own = {"gradient_accumulation_steps": accumulation} if accumulation > 1 else {}
+    model.compile(optimizer=dist.distributed_optimizer(tf.keras.optimizers.SGD(0.1, **own),
+                                                       options),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
-    x, y = data(rank, 2, 8)
     model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=dist.fit_callbacks())
+
+
+def skipped_layer_tape(dist, rank: int) -> str:
+    """The error of a traced step of a loop of one's own whose model skips its Embedding on
+    rank 1, its gradients taken through dist.distributed_tape ("": none)."""
+    import tensorflow as tf
+    model, optimizer = dense_first_model(), tf.keras.optimizers.SGD(0.1)
+    x, y = data(rank, 2, 8)
+    model(x[:1])
+    model.skip = rank == 1
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True)
+        grads = dist.distributed_tape(tape).gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients((g, v) for g, v in zip(grads, model.trainable_variables)
+                                  if g is not None)
+    try:
+        step(x[:8], y[:8])
+    except tf.errors.InvalidArgumentError as e:
+        return str(e)
+    return ""
+
+
+def retraced_on_one_rank(dist, rank: int) -> list[list[float]]:
+    """Two traced steps of a loop of one's own, the gradient through dist.distributed_tape:
+    the first of 2 rows on both ranks, the second of 1 row on rank 0 (a trace of its own
+    there) and of 2 on rank 1; each step's gradient."""
+    import tensorflow as tf
+    weight = tf.Variable([1.0])
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(x * weight)
+        return dist.distributed_tape(tape).gradient(loss, [weight])[0]
+    first = step(tf.fill([2], rank + 1.0))
+    second = step(tf.ones([1 if rank == 0 else 2]))
+    return [first.numpy().tolist(), second.numpy().tolist()]
 
 
 def bucket_ops(dist, bucket_mb: float) -> list[list]:

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from helpers import assert_ok, largest_difference, launch, weights, worker
-from hvdtrain.bench.shared.timeline import tensor_names
+from hvdtrain.bench.shared.timeline import PLACES, tensor_names
 
 CUSTOM = ["--set", "train.loop=custom"]
 
@@ -53,8 +53,9 @@ def gradient_allreduces(timeline: Path, kind: str = "ALLREDUCE") -> tuple[int, i
         if e["ph"] == "B":
             open_activities.setdefault(e["pid"], []).append(e["name"])
         elif e["ph"] == "E" and open_activities[e["pid"]].pop() == kind:
-            if not GRADIENT_TENSOR.search(tensor_of[e["pid"]]):
-                continue  # the metric sums, not gradients
+            name = tensor_of[e["pid"]]
+            if not GRADIENT_TENSOR.search(name) or name.endswith(PLACES):
+                continue  # the metric sums and the reducer's check, not gradients
             shape = json.loads(e["args"]["shape"])
             count += 1
             total += math.prod(shape) * np.dtype(e["args"]["dtype"]).itemsize

@@ -66,12 +66,14 @@ def tf_variables(variables: Sequence[Any]) -> list[tf.Variable]:
     return [v if isinstance(v, tf.Variable) else v.value for v in variables]
 
 
-def broadcast_before_first_update(iterations: Any, variables: Sequence[Any]) -> None:
+def broadcast_before_first_update(iterations: Any, variables: Sequence[Any],
+                                  after: Any = None) -> None:
     """In a distributed optimizer's update, before it changes ``variables``: root's values of
     them on every rank when the optimizer's step count ``iterations`` is 0, nothing after.
     A script that never broadcast (a train_on_batch loop, a loop of its own) would otherwise
     average the gradients into different models, one per rank, silently; where the state was
-    broadcast before the first step (fit_callbacks), the values are already equal."""
+    broadcast before the first step (fit_callbacks), the values are already equal. ``after``:
+    an op (the reducer's places_check) that must pass first on every rank, or none."""
     if hvd.size() == 1:  # Horovod: alone, nothing to take; no broadcast in a 1-rank step
         return
     targets = tf_variables(variables)
@@ -80,7 +82,9 @@ def broadcast_before_first_update(iterations: Any, variables: Sequence[Any]) -> 
         broadcast_by_position(targets, 0)
         return tf.constant(True)
 
-    tf.cond(tf.equal(iterations, 0), broadcast, lambda: tf.constant(False))
+    with tf.control_dependencies([] if after is None else [after]):
+        first = tf.equal(iterations, 0)
+    tf.cond(first, broadcast, lambda: tf.constant(False))
 
 
 SEED_STRIDE = 1_000_003  # a prime: rank r's seeds lie far from any seed a user picks nearby

@@ -23,8 +23,12 @@ from hvdtrain.errors import UserError
 from hvdtrain.launch import rank_env
 
 T = TypeVar("T")
-# In the error of a traced step whose buckets found a gradient missing on some ranks only.
-MISSING_ON_SOME_RANKS = "hvdtrain: a gradient is missing on some ranks only"
+# The error of a step where a gradient is missing on some ranks only (places_check).
+MISSING_ON_SOME_RANKS = ("hvdtrain: a gradient is missing on some ranks only (a layer skipped "
+                         "by a Python if on the rank or on the data): run the same layers on "
+                         "every rank")
+# How the all-reduce of that check's places ends its name (timelines tell it from gradients).
+PLACES = "_places"
 # The gradients distributed tapes returned, by id (weakly: they go when the step drops them).
 _REDUCED_BY_TAPE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
@@ -46,28 +50,26 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     reduces every tensor on its own. ``name`` must be the same on every rank and differ
     between call sites.
 
-    ``variables`` (what the gradients are for, in their order) keep buckets sound where a
-    gradient is missing (None) on some ranks only (a layer skipped by a Python ``if`` on the
-    rank): cut from each rank's own gradients, the ranks' buckets would differ in name and leave
-    each other waiting. With them a missing gradient keeps its place in its bucket as zeros,
-    and one bucket a step also averages which places are missing on each rank: where ranks
-    differ, the step fails on every rank alike (MISSING_ON_SOME_RANKS; step_guard.py names the
-    variable) before anything is applied. So too at one all-reduce a step: where ``flatten`` is
-    off its grouped all-reduce names each tensor by the group's count, and Horovod's refusal
-    of a flat tensor's mismatched shapes need not reach every rank."""
+    ``variables`` (what the gradients are for, in their order; any sequence of that length)
+    keep the step sound where a gradient is missing (None) on some ranks only (a layer skipped
+    by a Python ``if`` on the rank): the ranks would then cut other buckets, or all-gather a
+    sparse gradient that others lack, and leave each other waiting. With them, which places
+    are missing goes first, in an all-reduce of its own that needs no gradient (it runs as the
+    step starts), and every other all-reduce of the step waits for it: where ranks differ, the
+    step fails on every rank alike (MISSING_ON_SOME_RANKS; step_guard.py names the variable)
+    before any of them, and before anything is applied."""
     out: list[Any] = list(gradients)
     # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
     # under elastic training, where a step traced at size 1 may run after workers join.
     if hvd.size() == 1 and not rank_env.is_elastic(os.environ):
         return out
+    if variables is not None:
+        out = waiting_for(places_check(out, name), out)
     dense: list[int] = []
     sparse: list[int] = []
-    holes = None if variables is None else dict(enumerate(variables))
     for i, grad in enumerate(out):
         if grad is None:
             continue
-        if holes is not None:
-            del holes[i]
         if isinstance(grad, tf.IndexedSlices) and options.sparse_as_dense:
             out[i] = tf.convert_to_tensor(grad)
         (sparse if isinstance(out[i], tf.IndexedSlices) else dense).append(i)
@@ -75,9 +77,50 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
         _reduce_each(out, sparse + dense, options, name)
     else:
         _reduce_each(out, sparse, options, name)
-        averages, results = _reduce_grouped(out, dense, holes, options, name)
-        if averages:
-            _same_places_missing(averages, results + [out[i].values for i in sparse])
+        _reduce_grouped(out, dense, options, name)
+    return out
+
+
+def places_check(gradients: Sequence[Any], name: str) -> Any:
+    """The check that every rank misses (None) the same ones of ``gradients``: an op that,
+    where some rank misses one that others have, fails the step on every rank alike
+    (MISSING_ON_SOME_RANKS); None where there is nothing to wait for (alone, or in eager mode,
+    where it raised at once if it failed). Make every other collective of the step wait for it
+    (``waiting_for``): one started on some ranks only would be left waiting when the step
+    fails. It is an all-reduce of its own (named ``name`` + PLACES, the same on every rank)
+    that needs no gradient, so a traced step runs it as it starts. Each place counts as
+    missing and as present: averaged over ranks, a place missing on some and present on
+    others is > 0 in both, and a rank that joined (hvd.join: it sends zeros) counts as
+    neither."""
+    # Horovod: alone (and not elastic), no rank to differ from.
+    if hvd.size() == 1 and not rank_env.is_elastic(os.environ):
+        return None
+    missing = [float(grad is None) for grad in gradients]
+    # 0, from a stateful op: Grappler would fold an all-reduce of constants into its result
+    # at a function's first call, once per trace; a rank that traced again alone (a batch of
+    # another shape) would then wait there for the others.
+    zero = tf.cast(tf.minimum(tf.timestamp(), 0.0), tf.float32)
+    marker = tf.constant([missing, [1.0 - m for m in missing]], tf.float32) + zero
+    # Horovod: every rank's places, averaged.
+    seen = hvd.allreduce(marker, op=hvd.Average, name=f"{name}{PLACES}")
+    split = tf.reduce_any((seen[0] > 0) & (seen[1] > 0))
+    return tf.debugging.assert_equal(split, False, message=MISSING_ON_SOME_RANKS)
+
+
+def waiting_for(check: Any, gradients: Sequence[Any]) -> list[Any]:
+    """``gradients``, the same, computed after ``check`` (an op; None: at once)."""
+    out = list(gradients)
+    if check is None:
+        return out
+    with tf.control_dependencies([check]):
+        for i, grad in enumerate(out):
+            if isinstance(grad, tf.IndexedSlices):
+                # Horovod names a sparse gradient's all-gathers after these tensors.
+                out[i] = tf.IndexedSlices(tf.identity(grad.values, name="gradient_values"),
+                                          tf.identity(grad.indices, name="gradient_indices"),
+                                          grad.dense_shape)
+            elif grad is not None:
+                out[i] = tf.identity(grad)
     return out
 
 
@@ -100,64 +143,25 @@ def _reduce_each(out: list[Any], positions: list[int], options: HorovodConfig,
                                name=f"{name}_{i}")
 
 
-def _reduce_grouped(out: list[Any], dense: list[int], holes: dict[int, Any] | None,
-                    options: HorovodConfig, name: str
-                    ) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+def _reduce_grouped(out: list[Any], dense: list[int], options: HorovodConfig,
+                    name: str) -> None:
     """The dense gradients at ``dense`` in ``out`` reduced in place: one all-reduce per dtype,
-    or per bucket of ``options.bucket_mb`` (auto: HorovodConfig.buckets_in_force). ``holes``:
-    the variables of the missing gradients by position (None: not known), each keeping its
-    place (see reduce_gradients). Returns the averaged markers of the missing places (none
-    where ``holes`` is None) and every result."""
-    limit = math.ceil(buckets_in_force(options) * MB)  # a bucket_mb > 0 gives at least 1 byte
-    # Places kept alike at every bucket size, so that gradients in one bucket sum as at 0 (ring
-    # all-reduce of 3 ranks or more: the buffer's length decides which rank starts each sum).
-    held = holes or {}
-    slots = {i: out[i] for i in dense}
-    slots.update({i: _zeros_like(v) for i, v in held.items()})
-    averages: list[tf.Tensor] = []
-    results: list[tf.Tensor] = []
+    or per bucket of ``options.bucket_mb`` (auto: HorovodConfig.buckets_in_force)."""
     by_dtype: dict[tf.DType, list[int]] = {}
-    for i in sorted(slots):
-        by_dtype.setdefault(slots[i].dtype, []).append(i)
+    for i in dense:
+        by_dtype.setdefault(out[i].dtype, []).append(i)
+    limit = math.ceil(buckets_in_force(options) * MB)  # a bucket_mb > 0 gives at least 1 byte
     for dtype, of_dtype in sorted(by_dtype.items(), key=lambda item: item[0].name):
         base = name if len(by_dtype) == 1 else f"{name}_{dtype.name}"
-        sizes = [_bytes(slots[i].shape.num_elements(), dtype.size) for i in of_dtype]
+        sizes = [_bytes(out[i].shape.num_elements(), dtype.size) for i in of_dtype]
         groups = buckets(sizes, limit)
-        # The bucket of most gradients (flat, most likely: no copy through Horovod's fusion
-        # buffer) takes the marker of every place of this dtype.
-        carrier = (max(range(len(groups)), key=lambda k: len(groups[k]))
-                   if holes is not None else None)
         for k, bucket in enumerate(groups):
             grouped = [of_dtype[j] for j in bucket]
-            missing = None if k != carrier else tf.constant(
-                [float(i in held) for i in of_dtype], dtype)
             # Its name is the same on every rank: the ranks match buckets by it.
-            reduced = _reduce_bucket([slots[i] for i in grouped], options,
-                                     base if len(groups) == 1 else f"{base}_b{k}", missing)
-            if missing is not None:
-                averages.append(reduced.pop())
-            results.extend(reduced)
+            reduced = _reduce_bucket([out[i] for i in grouped], options,
+                                     base if len(groups) == 1 else f"{base}_b{k}")
             for i, grad in zip(grouped, reduced):
-                out[i] = None if i in held else grad
-    return averages, results
-
-
-def _zeros_like(variable: Any) -> tf.Tensor:
-    shape = tf.TensorShape(variable.shape)
-    if shape.is_fully_defined():
-        return tf.zeros(shape, variable.dtype)
-    return tf.zeros_like(tf.convert_to_tensor(variable))
-
-
-def _same_places_missing(averages: list[tf.Tensor], results: list[tf.Tensor]) -> None:
-    """Fails the step on every rank where places are missing on some ranks only: averaged over
-    ranks, each place's 1 (missing) or 0 is then neither. Only once every all-reduce of the
-    step (``results``) is done on this rank, so that none is left for the others to wait on
-    (a bucket of only missing places, whose result nothing else uses, would not even run)."""
-    # Every rank sees the same averages, so all fail together, every collective done.
-    with tf.control_dependencies(results):
-        split = tf.reduce_any([tf.reduce_any((a > 0) & (a < 1)) for a in averages])
-        tf.debugging.assert_equal(split, False, message=MISSING_ON_SOME_RANKS)
+                out[i] = grad
 
 
 # TensorFlow splits a tensor along its first axis without copying where every part starts on a
@@ -177,20 +181,16 @@ def flat_layout(sizes: Sequence[int], itemsize: int) -> list[int]:
     return [-(-size // align) * align for size in sizes]
 
 
-def _reduce_bucket(grads: list[tf.Tensor], options: HorovodConfig, name: str,
-                   marker: tf.Tensor | None = None) -> list[tf.Tensor]:
+def _reduce_bucket(grads: list[tf.Tensor], options: HorovodConfig, name: str
+                   ) -> list[tf.Tensor]:
     """One bucket of dense gradients of one dtype, reduced as ONE flat tensor: concatenated
     (each padded to an aligned start, ``flat_layout``), all-reduced, and split back without
     copies. Horovod's grouped all-reduce of the same gradients copies each one into its fusion
     buffer and out again, and books every tensor apart (bench phases times both). A bucket of
     one gradient, or with one of unknown size (a shape traced as None), takes the grouped
-    all-reduce, and so does every bucket where ``options.flatten`` is off. A ``marker`` goes
-    with the gradients, last, its average returned after theirs."""
+    all-reduce, and so does every bucket where ``options.flatten`` is off."""
     sizes = [grad.shape.num_elements() for grad in grads]
-    grouped = len(grads) == 1 or None in sizes or not options.flatten
-    if marker is not None:
-        grads, sizes = [*grads, marker], [*sizes, marker.shape.num_elements()]
-    if grouped:
+    if len(grads) == 1 or None in sizes or not options.flatten:
         # Horovod: one negotiation, fused into one buffer; its op takes one dtype only.
         return hvd.grouped_allreduce(grads, op=reduce_op(options),
                                      compression=compression(options), name=name)

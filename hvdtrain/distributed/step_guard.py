@@ -9,10 +9,11 @@ Two things end a step on one rank while its peers sit in the step's all-reduce:
   optimizer's step count is compared. Without this the rank with more batches would wait for
   the stall abort (10 minutes by default), or train a last step on its own;
 - a variable with a gradient on some ranks only (a layer skipped by a Python ``if`` on one
-  rank): the reducer keeps its place and fails the step on every rank
-  (reducer.MISSING_ON_SOME_RANKS; without the variables, Horovod's mismatched shapes), and
-  every rank stops with one line naming the first such variable (the optimizer records, as
-  each step is traced, which variables had a gradient).
+  rank): the distributed optimizer's check of the missing places fails the step on every
+  rank before any other collective of the update (reducer.MISSING_ON_SOME_RANKS; Horovod's
+  mismatched shapes where a script reduces without it), and every rank stops with one line
+  naming the first such variable (the optimizer records, as each step is traced, which
+  variables had a gradient).
 """
 from __future__ import annotations
 

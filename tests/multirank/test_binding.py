@@ -114,11 +114,23 @@ def test_library_pattern_at_two_ranks_ends_with_identical_ranks(two_ranks):
                                                 "per epoch in fit (rank 0: 5, rank 1: 4)")
         assert pair["jit_compile"].startswith("this model is compiled with XLA")
         # A layer skipped on rank 1, at one all-reduce and in buckets of one gradient each or
-        # several: every rank stops with the line naming the variable (buckets cut from each
-        # rank's own gradients differed by name and waited for Horovod's stall check).
+        # several, and under Keras 3's accumulation; an Embedding skipped: every rank stops
+        # with the line naming the variable (the ranks' all-reduces differ, and would wait for
+        # Horovod's stall check).
         for said in pair["skipped_layer"]:
             assert re.match(r"variable '\S*dense\S*/kernel\S*' has a gradient on rank 0 but "
                             r"none on rank 1", said), pair["skipped_layer"]
+        assert len(pair["skipped_layer"]) == 5 if keras3() else 4
+        for said in pair["skipped_embedding"]:
+            assert re.match(r"variable '\S*embedding\S*' has a gradient on rank 0 but none on "
+                            r"rank 1", said), pair["skipped_embedding"]
+        # A loop of one's own gets the reducer's error (no fit to turn it into the line).
+        from hvdtrain.distributed.reducer import MISSING_ON_SOME_RANKS
+        assert MISSING_ON_SOME_RANKS in pair["skipped_on_tape"], pair["skipped_on_tape"]
+        # A step traced again on rank 0 alone (a batch of another size) still averages with
+        # rank 1's: the reducer's check runs every step (Grappler folded it, once per trace,
+        # into the first call: rank 0 then waited alone in its second trace's).
+        assert pair["retraced_alone"] == [[3.0], [1.5]], pair["retraced_alone"]
     # Rank 1 had no batch and joined at once: rank 0's batch averaged with its zeros.
     assert checks[0]["joined"] == [2.0]
     assert checks[0]["last_to_join"] == checks[1]["last_to_join"] == 0

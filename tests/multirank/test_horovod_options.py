@@ -19,11 +19,10 @@ pytestmark = [pytest.mark.multirank, pytest.mark.core]
 def gradient_traffic(sizes: list[int]) -> tuple[int, int]:
     """The all-reduces and the elements that carry one step's dense float32 gradients of
     ``sizes`` elements, on either stack: one flat tensor, in which each gradient is padded to
-    an aligned start (reducer.flat_layout), the marker of missing gradients last (an element
-    a gradient). (On Keras 2, Horovod's own optimizer and tape sent one all-reduce per
-    gradient before they reduced through hvdtrain's reducer.)"""
+    an aligned start (reducer.flat_layout). (On Keras 2, Horovod's own optimizer and tape
+    sent one all-reduce per gradient before they reduced through hvdtrain's reducer.)"""
     from hvdtrain.distributed import reducer
-    return 1, sum(reducer.flat_layout([*sizes, len(sizes)], 4))
+    return 1, sum(reducer.flat_layout(sizes, 4))
 
 
 def variable_sizes(model) -> list[int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import re
 
 import numpy as np
 import pytest
@@ -213,22 +214,23 @@ def test_a_bucket_is_one_flat_tensor_whose_parts_come_back_in_place(monkeypatch,
                     [("grouped", [list(shape) for shape in shapes])])
 
 
-@pytest.mark.parametrize("bucket_mb", [0.00001, 0.0002])   # each gradient its own; several
-def test_a_gradient_missing_keeps_its_place_in_the_buckets(monkeypatch, bucket_mb):
-    # reduce_gradients as the optimizers call it, with the variables, at 2 ranks in buckets:
-    # the missing gradient's place goes as zeros, so every rank's buckets are the same
-    # all-reduces, and a marker of the missing places goes with one bucket. Horovod's
-    # collectives replaced by ones that record what they were sent and scale it by ``factor``.
-    sent: list[list[float]] = []
-    factor = 1.0
+@pytest.mark.parametrize("bucket_mb", [0, 0.00001, 0.0002])   # one; each its own; several
+def test_a_gradient_missing_on_some_ranks_stops_the_step_before_any_gradient_is_sent(
+        monkeypatch, bucket_mb):
+    # reduce_gradients as the distributed tape calls it, with the variables, at 2 ranks:
+    # first an all-reduce of which places are missing, then the gradients. Horovod's
+    # collectives replaced by ones that record what they were sent and average the places
+    # with a ``peer``'s (the gradients come back as sent).
+    sent: list[tuple[str, list]] = []
+    peer = tf.zeros([2, 3])
 
-    def allreduce(tensor, **options):
-        sent.append(tensor.numpy().tolist())
-        return tensor * factor
+    def allreduce(tensor, name, **options):
+        sent.append((name, tensor.numpy().tolist()))
+        return (tensor + peer) / 2 if name.endswith(reducer.PLACES) else tensor
 
-    def grouped_allreduce(tensors, **options):
-        sent.extend(t.numpy().ravel().tolist() for t in tensors)
-        return [t * factor for t in tensors]
+    def grouped_allreduce(tensors, name, **options):
+        sent.extend((name, t.numpy().tolist()) for t in tensors)
+        return list(tensors)
     monkeypatch.setattr(reducer.hvd, "size", lambda: 2)
     monkeypatch.setattr(reducer.hvd, "local_size", lambda: 2)
     monkeypatch.setattr(reducer.hvd, "allreduce", allreduce)
@@ -236,22 +238,45 @@ def test_a_gradient_missing_keeps_its_place_in_the_buckets(monkeypatch, bucket_m
     variables = [tf.Variable(tf.ones(shape)) for shape in [(16, 2), (16,), (8,)]]
     grads = [tf.fill((16, 2), 3.0), None, tf.fill((8,), 5.0)]
     options = HorovodConfig(bucket_mb=bucket_mb)
+    places = "hvdtrain_gradients" + reducer.PLACES
+    # A peer that misses the same one (its places: missing, then present): the step goes on.
+    peer = tf.constant([[0.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
     out = dist.reduce_gradients(grads, options, variables=variables)
     assert out[1] is None
     assert [g.numpy().tolist() for g in (out[0], out[2])] == [
         grads[0].numpy().tolist(), grads[2].numpy().tolist()]
-    flat = [x for part in sent for x in (part if isinstance(part, list) else [part])]
-    assert flat.count(3.0) == 32 and flat.count(5.0) == 8 and flat.count(1.0) == 1  # 1: missing
-    # Averaged with a rank that has that gradient (its marker 0): every rank stops this step.
-    factor = 0.5
-    with pytest.raises(tf.errors.InvalidArgumentError, match=reducer.MISSING_ON_SOME_RANKS):
-        dist.reduce_gradients(grads, options, variables=variables)
-    # Control: with every gradient there, the same average passes. At one all-reduce (0) the
-    # same places (one flat tensor: 32, the missing 16, 8 and the marker's 3, each padded to
-    # 16); without the variables, nothing in the missing gradient's place and no marker.
-    dist.reduce_gradients([grads[0], tf.fill((16,), 4.0), grads[2]], options, variables=variables)
+    assert sent[0] == (places, peer.numpy().tolist())
+    flat = [x for _, part in sent[1:] for x in np.ravel(part)]
+    assert flat.count(3.0) == 32 and flat.count(5.0) == 8 and len(flat) <= 32 + 16  # padded
+    # A peer with every gradient: the step stops on the places, before any gradient is sent.
     sent.clear()
-    factor = 1.0
-    dist.reduce_gradients(grads, HorovodConfig(bucket_mb=0), variables=variables)
-    dist.reduce_gradients(grads, HorovodConfig(bucket_mb=0))
-    assert [len(part) for part in sent] == [32 + 16 + 16 + 16, 32 + 16]
+    peer = tf.constant([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    refused = re.escape(reducer.MISSING_ON_SOME_RANKS)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=refused):
+        dist.reduce_gradients(grads, options, variables=variables)
+    assert [name for name, _ in sent] == [places]
+    # Controls: with that gradient here too, the same peer passes; a peer that joined
+    # (hvd.join: zeros) passes either way; without the variables, no places are sent.
+    dist.reduce_gradients([grads[0], tf.fill((16,), 4.0), grads[2]], options, variables=variables)
+    peer = tf.zeros([2, 3])
+    dist.reduce_gradients(grads, options, variables=variables)
+    sent.clear()
+    dist.reduce_gradients(grads, options)
+    assert sent and places not in [name for name, _ in sent]
+
+
+def test_timelines_tell_the_check_of_missing_gradients_from_the_gradients():
+    # bench phases and bench cluster read a step's gradients from Horovod's timeline: the
+    # tensors all-reduced once a step; the check's all-reduce is one too, so they leave it out.
+    from hvdtrain.bench.shared import timeline
+    assert timeline.PLACES == reducer.PLACES
+    events = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}
+              for pid, name in ((1, "hvdtrain_gradients"), (2, "hvdtrain_update_places"))]
+    for step in range(4):
+        for pid in (1, 2):
+            events += [{"ph": "B", "pid": pid, "name": "ALLREDUCE", "ts": 100 * step + pid},
+                       {"ph": "E", "pid": pid, "ts": 100 * step + pid + 5}]
+    assert list(timeline.tensor_phases(events)) == [1]
+    # Control: named as a gradient, it would count as one.
+    events[1]["args"]["name"] = "hvdtrain_gradients_b1"
+    assert list(timeline.tensor_phases(events)) == [1, 2]

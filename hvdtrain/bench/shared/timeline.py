@@ -20,7 +20,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from hvdtrain.bench.shared import jobs
 
@@ -31,6 +31,8 @@ PHASES = {"NEGOTIATE_ALLREDUCE": "negotiation (wait for the slower rank)",
           "MEMCPY_OUT_FUSION_BUFFER": "copy out of the fusion buffer",
           "ALLREDUCE": "all-reduce (copies, collective and the rest)"}
 Interval = tuple[float, float]
+# How the reducer's check of missing gradients ends its all-reduce's name (reducer.PLACES).
+PLACES = "_places"
 # Bytes per element of the dtypes Horovod names where a tensor's all-reduce ends.
 DTYPE_BYTES = {"uint8": 1, "int8": 1, "bool": 1, "uint16": 2, "int16": 2, "float16": 2,
                "bfloat16": 2, "int32": 4, "float32": 4, "int64": 8, "float64": 8}
@@ -51,12 +53,16 @@ def tensor_names(events: Iterable[Mapping[str, Any]]) -> dict[int, str]:
             if e.get("name") == "process_name" and "name" in e.get("args", {})}
 
 
-def tensor_phases(events: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[Interval]]]:
+def tensor_phases(events: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, list[Interval]]]:
     """Per tensor (a timeline 'process'), per phase name, its intervals in microseconds, in
-    order; a phase is a B event and the E event that closes it."""
+    order; a phase is a B event and the E event that closes it. Not the reducer's check of
+    which gradients each rank misses, all-reduced once a step like a gradient (PLACES)."""
+    checks = {pid for pid, name in tensor_names(events).items() if name.endswith(PLACES)}
     open_phases: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     phases: dict[int, dict[str, list[Interval]]] = defaultdict(lambda: defaultdict(list))
     for e in events:
+        if e.get("pid") in checks:
+            continue
         if e.get("ph") == "B":
             open_phases[e["pid"]].append(e)
         elif e.get("ph") == "E" and open_phases[e["pid"]]:
