@@ -18,6 +18,7 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 from hvdtrain.launch import rank_env
+from hvdtrain.distributed.reducer import places_check, waiting_for
 from hvdtrain.distributed.step_guard import guard_steps
 from hvdtrain.distributed.world import controller
 from hvdtrain.errors import UserError
@@ -85,6 +86,18 @@ def broadcast_before_first_update(iterations: Any, variables: Sequence[Any],
     with tf.control_dependencies([] if after is None else [after]):
         first = tf.equal(iterations, 0)
     tf.cond(first, broadcast, lambda: tf.constant(False))
+
+
+def before_update(gradients: Sequence[Any], iterations: Any,
+                  variables: Sequence[Any]) -> list[Any]:
+    """What a distributed optimizer's update does before it reduces and applies ``gradients``
+    (for ``variables``), on either Keras: the check that every rank misses the same ones
+    (reducer.places_check), then root's values before the first update (which waits for the
+    check, as the returned gradients do: a collective started on some ranks only would be left
+    waiting when the check fails the step)."""
+    check = places_check(gradients, "hvdtrain_update")
+    broadcast_before_first_update(iterations, variables, after=check)
+    return waiting_for(check, gradients)
 
 
 SEED_STRIDE = 1_000_003  # a prime: rank r's seeds lie far from any seed a user picks nearby

@@ -16,10 +16,8 @@ import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 
 from hvdtrain.config import HorovodConfig, capabilities
-from hvdtrain.distributed.broadcast import (broadcast_before_first_update,
-                                            broadcast_by_position, seed_offset)
-from hvdtrain.distributed.reducer import (places_check, reduce_gradients, refuse_reduced,
-                                          waiting_for)
+from hvdtrain.distributed.broadcast import before_update, broadcast_by_position, seed_offset
+from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
 
@@ -60,10 +58,8 @@ def _reduce_with_hvdtrain(distributed: Any, options: HorovodConfig) -> None:
     def reduce(grads: Sequence[Any], variables: Sequence[Any]) -> list[Any]:
         grads = list(grads)
         record_layout(distributed, grads, list(variables))
-        # Every rank has the same gradients missing, checked before any collective starts.
-        check = places_check(grads, "hvdtrain_update")
-        broadcast_before_first_update(distributed.iterations, list(variables), after=check)
-        return reduce_gradients(waiting_for(check, grads), options)
+        grads = before_update(grads, distributed.iterations, list(variables))
+        return reduce_gradients(grads, options)
 
     # Horovod: its _allreduce (and the accumulation helper, which took the function when it
     # was made) calls _allreduce_grads on the gradients to reduce.

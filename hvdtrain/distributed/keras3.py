@@ -23,8 +23,7 @@ from horovod.common.elastic import ObjectState
 
 from hvdtrain.config import HorovodConfig, capabilities
 from hvdtrain.distributed import broadcast
-from hvdtrain.distributed.reducer import (places_check, reduce_gradients, refuse_reduced,
-                                          waiting_for)
+from hvdtrain.distributed.reducer import reduce_gradients, refuse_reduced
 from hvdtrain.distributed.step_guard import record_layout
 from hvdtrain.errors import UserError
 
@@ -88,9 +87,7 @@ def _distributed_class(base: type, options: HorovodConfig, steps: int, scale: fl
         # Every rank has the same gradients missing (a layer skipped on one would leave the
         # ranks' all-reduces apart), checked before any collective of the update starts; with
         # accumulation every step, as Keras drops the missing ones before _clip_gradients.
-        check = places_check(grads, "hvdtrain_update")
-        grads = waiting_for(check, grads)
-        broadcast.broadcast_before_first_update(self.iterations, variables, after=check)
+        grads = broadcast.before_update(grads, self.iterations, variables)
         if steps == 1:
             grads = reduce_gradients(grads, options)
         return base.apply(self, grads, trainable_variables)

@@ -59,9 +59,7 @@ def reduce_gradients(gradients: Sequence[tf.Tensor | tf.IndexedSlices | None],
     step fails on every rank alike (MISSING_ON_SOME_RANKS; step_guard.py names the variable)
     before any of them, and before anything is applied."""
     out: list[Any] = list(gradients)
-    # Horovod: one rank has nothing to combine with (Horovod's own reducer skips it too). Not
-    # under elastic training, where a step traced at size 1 may run after workers join.
-    if hvd.size() == 1 and not rank_env.is_elastic(os.environ):
+    if _alone():  # Horovod's own reducer skips it too
         return out
     if variables is not None:
         out = waiting_for(places_check(out, name), out)
@@ -92,8 +90,7 @@ def places_check(gradients: Sequence[Any], name: str) -> Any:
     missing and as present: averaged over ranks, a place missing on some and present on
     others is > 0 in both, and a rank that joined (hvd.join: it sends zeros) counts as
     neither."""
-    # Horovod: alone (and not elastic), no rank to differ from.
-    if hvd.size() == 1 and not rank_env.is_elastic(os.environ):
+    if _alone():
         return None
     missing = [float(grad is None) for grad in gradients]
     # 0, from a stateful op: Grappler would fold an all-reduce of constants into its result
@@ -122,6 +119,13 @@ def waiting_for(check: Any, gradients: Sequence[Any]) -> list[Any]:
             elif grad is not None:
                 out[i] = tf.identity(grad)
     return out
+
+
+def _alone() -> bool:
+    """One rank, with nothing to combine with. Not under elastic training, where a step traced
+    at size 1 may run after workers join."""
+    # Horovod: the job's size now.
+    return hvd.size() == 1 and not rank_env.is_elastic(os.environ)
 
 
 def buckets_in_force(options: HorovodConfig) -> float:
